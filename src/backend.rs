@@ -1,0 +1,252 @@
+//! The databases this crate runs on, and the few driver calls it makes through them.
+//!
+//! sqlx's generic bounds (`for<'c> &'c mut DB::Connection: Executor<'c>`, `T: Encode<DB>` for
+//! every bound type) would have to be repeated on every function that runs a statement. Instead
+//! each database implements a small sealed trait here, with concrete types; the forms, the
+//! runner and the enqueue functions are written once over it.
+
+use std::future::Future;
+
+use chrono::{DateTime, Utc};
+use sqlx::query::Query;
+
+use crate::dialect::{Args, Dialect, Stmt, Value};
+
+/// A database a queue can run on: [`sqlx::Postgres`], [`sqlx::MySql`] (MySQL and MariaDB) or
+/// [`sqlx::Sqlite`], each behind the crate feature of the same name.
+///
+/// This trait is sealed: its methods are the crate's own.
+pub trait Backend: sqlx::Database + private::Driver {}
+
+/// One claimed row, as a claim statement returns it.
+#[derive(Debug)]
+pub struct ClaimedRow {
+    pub(crate) id: i64,
+    pub(crate) payload: Vec<u8>,
+    /// The delivery's number, where the queue has an attempt column.
+    pub(crate) attempt: Option<i64>,
+}
+
+pub(crate) type Q<DB> = Query<'static, DB, <DB as sqlx::Database>::Arguments>;
+
+pub(crate) mod private {
+    use super::*;
+
+    /// The driver calls of one database. Public only in name: it lives in a private module.
+    pub trait Driver: sqlx::Database {
+        const DIALECT: Dialect;
+
+        fn bind(query: Q<Self>, value: Value<'_>) -> Q<Self>;
+
+        /// Runs a statement, returning the number of rows it changed.
+        fn execute(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+
+        /// Runs a claim, returning `(id, payload[, attempt])` rows.
+        fn fetch_claimed(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+            with_attempt: bool,
+        ) -> impl Future<Output = Result<Vec<ClaimedRow>, sqlx::Error>> + Send;
+
+        /// Runs an insert, returning the new row's id (from `RETURNING` or the driver).
+        fn insert_id(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+            returning: bool,
+        ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send;
+
+        /// Runs a query returning two text columns (the catalog).
+        fn fetch_pairs(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> impl Future<Output = Result<Vec<(String, String)>, sqlx::Error>> + Send;
+
+        /// Prepares a statement, so the server checks it.
+        fn prepare(
+            conn: &mut Self::Connection,
+            sql: &Stmt,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// The server's version string and its clock, where it has one apart from ours.
+        fn server(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(String, Option<DateTime<Utc>>), sqlx::Error>> + Send;
+    }
+}
+
+use private::Driver;
+
+/// Builds the query of `stmt`, binding each slot from `args`.
+pub(crate) fn query<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> Q<DB> {
+    let mut q = sqlx::query::<DB>(stmt.sql());
+    for &slot in stmt.slots.iter() {
+        q = DB::bind(q, args.value(slot));
+    }
+    q
+}
+
+/// Builds a query from text and values (statements rendered per call: catalog, bulk insert).
+pub(crate) fn query_values<DB: Backend>(sql: sqlx::SqlStr, values: &[Value<'_>]) -> Q<DB> {
+    let mut q = sqlx::query::<DB>(sql);
+    for &value in values {
+        q = DB::bind(q, value);
+    }
+    q
+}
+
+macro_rules! driver_common {
+    () => {
+        fn bind(query: Q<Self>, value: Value<'_>) -> Q<Self> {
+            match value {
+                Value::I64(v) => query.bind(v),
+                Value::Bytes(v) => query.bind(v),
+                Value::Text(v) => query.bind(v),
+                Value::Time(v) => query.bind(v),
+            }
+        }
+
+        async fn execute(conn: &mut Self::Connection, query: Q<Self>) -> Result<u64, sqlx::Error> {
+            Ok(query.execute(conn).await?.rows_affected())
+        }
+
+        async fn fetch_claimed(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+            with_attempt: bool,
+        ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+            use sqlx::Row as _;
+            let rows = query.fetch_all(conn).await?;
+            rows.iter()
+                .map(|row| {
+                    Ok(ClaimedRow {
+                        id: row.try_get(0)?,
+                        payload: row.try_get(1)?,
+                        attempt: if with_attempt { Some(row.try_get(2)?) } else { None },
+                    })
+                })
+                .collect()
+        }
+
+        async fn fetch_pairs(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> Result<Vec<(String, String)>, sqlx::Error> {
+            use sqlx::Row as _;
+            let rows = query.fetch_all(conn).await?;
+            rows.iter()
+                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                .collect()
+        }
+
+        async fn prepare(conn: &mut Self::Connection, sql: &Stmt) -> Result<(), sqlx::Error> {
+            use sqlx::Executor as _;
+            conn.prepare(sql.sql()).await?;
+            Ok(())
+        }
+    };
+}
+
+#[cfg(feature = "postgres")]
+mod postgres {
+    use super::*;
+    use sqlx::Postgres;
+
+    impl Backend for Postgres {}
+
+    impl Driver for Postgres {
+        const DIALECT: Dialect = Dialect::Postgres;
+
+        driver_common!();
+
+        async fn insert_id(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+            _returning: bool,
+        ) -> Result<i64, sqlx::Error> {
+            use sqlx::Row as _;
+            query.fetch_one(conn).await?.try_get(0)
+        }
+
+        async fn server(
+            conn: &mut Self::Connection,
+        ) -> Result<(String, Option<DateTime<Utc>>), sqlx::Error> {
+            let (version, now): (String, DateTime<Utc>) =
+                sqlx::query_as("SELECT current_setting('server_version'), now()")
+                    .fetch_one(conn)
+                    .await?;
+            Ok((version, Some(now)))
+        }
+    }
+}
+
+#[cfg(feature = "mysql")]
+mod mysql {
+    use super::*;
+    use sqlx::MySql;
+
+    impl Backend for MySql {}
+
+    impl Driver for MySql {
+        const DIALECT: Dialect = Dialect::MySql;
+
+        driver_common!();
+
+        async fn insert_id(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+            _returning: bool,
+        ) -> Result<i64, sqlx::Error> {
+            let id = query.execute(conn).await?.last_insert_id();
+            i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+        }
+
+        async fn server(
+            conn: &mut Self::Connection,
+        ) -> Result<(String, Option<DateTime<Utc>>), sqlx::Error> {
+            let (version, now): (String, DateTime<Utc>) =
+                sqlx::query_as("SELECT CAST(VERSION() AS CHAR), UTC_TIMESTAMP(6)")
+                    .fetch_one(conn)
+                    .await?;
+            Ok((version, Some(now)))
+        }
+    }
+}
+
+#[cfg(feature = "sqlite")]
+mod sqlite {
+    use super::*;
+    use sqlx::Sqlite;
+
+    impl Backend for Sqlite {}
+
+    impl Driver for Sqlite {
+        const DIALECT: Dialect = Dialect::Sqlite;
+
+        driver_common!();
+
+        async fn insert_id(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+            returning: bool,
+        ) -> Result<i64, sqlx::Error> {
+            use sqlx::Row as _;
+            if returning {
+                query.fetch_one(conn).await?.try_get(0)
+            } else {
+                Ok(query.execute(conn).await?.last_insert_rowid())
+            }
+        }
+
+        async fn server(
+            conn: &mut Self::Connection,
+        ) -> Result<(String, Option<DateTime<Utc>>), sqlx::Error> {
+            let version: String = sqlx::query_scalar("SELECT sqlite_version()")
+                .fetch_one(conn)
+                .await?;
+            Ok((version, None))
+        }
+    }
+}

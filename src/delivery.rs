@@ -1,0 +1,258 @@
+//! A delivery of one row to its handler, and the outcome the handler settles it with.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::queue::state::{Mode, Plain, TransactionalMode};
+
+/// The slot a transactional delivery's transaction lives in. The runner keeps the other handle:
+/// when the handler ends it takes the transaction back, and finds it still lent if the delivery
+/// (or a [`Tx`]) escaped into another task.
+pub(crate) type TxSlot<DB> = Arc<tokio::sync::Mutex<Option<sqlx::Transaction<'static, DB>>>>;
+
+/// One row handed to a handler: its id, payload and attempt count, owned, so the handler's future
+/// can be spawned.
+///
+/// `M` is the queue's mode: [`Plain`] (the default) or
+/// [`Transactional`](crate::Transactional), whose deliveries lend their transaction through
+/// [`tx`](Delivery::tx).
+pub struct Delivery<DB: Backend, M: Mode = Plain> {
+    pub(crate) id: i64,
+    pub(crate) payload: Vec<u8>,
+    pub(crate) attempt: u32,
+    pub(crate) group: Option<Arc<str>>,
+    pub(crate) tx: Option<TxSlot<DB>>,
+    pub(crate) mode: PhantomData<fn() -> M>,
+}
+
+impl<DB: Backend, M: Mode> Delivery<DB, M> {
+    pub(crate) fn new(id: i64, payload: Vec<u8>, attempt: u32, group: Option<Arc<str>>) -> Self {
+        Delivery {
+            id,
+            payload,
+            attempt,
+            group,
+            tx: None,
+            mode: PhantomData,
+        }
+    }
+
+    /// The row's id.
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    /// The row's payload, byte for byte.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+
+    /// Takes the payload out of the delivery.
+    pub fn into_payload(self) -> Vec<u8> {
+        self.payload
+    }
+
+    /// Which delivery of the row this is: 1 on the first, 2 on the first retry, and so on.
+    ///
+    /// Counted in the row's attempt column (`.attempt(..)`); always 1 on a queue without one.
+    /// The crate keeps no backoff policy: a handler computes its own from this count.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The queue's group value (its [`named`](crate::Queue::named) value), on a table with a group
+    /// column.
+    pub fn group(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
+    /// Decodes the payload as JSON.
+    ///
+    /// # Errors
+    ///
+    /// The payload is not JSON of type `T`.
+    #[cfg(feature = "json")]
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> serde_json::Result<T> {
+        serde_json::from_slice(&self.payload)
+    }
+
+    /// Lends the delivery's transaction: `&mut *d.tx()` is an executor wherever sqlx takes one.
+    /// What the handler writes through it commits with the acknowledgement, or not at all.
+    ///
+    /// Exists only on a [`.transactional()`](crate::Queue::transactional) queue's deliveries.
+    ///
+    /// # Panics
+    ///
+    /// The transaction is gone: the runner has already settled the delivery.
+    pub fn tx(&mut self) -> Tx<'_, DB>
+    where
+        M: TransactionalMode,
+    {
+        let slot = self
+            .tx
+            .as_ref()
+            .expect("a transactional delivery carries its transaction");
+        let guard = slot
+            .try_lock()
+            .expect("the runner holds the transaction only after the handler ended");
+        assert!(guard.is_some(), "the delivery was already settled");
+        Tx { guard }
+    }
+}
+
+impl<DB: Backend, M: Mode> fmt::Debug for Delivery<DB, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Delivery")
+            .field("id", &self.id)
+            .field("attempt", &self.attempt)
+            .field("group", &self.group)
+            .field("payload_len", &self.payload.len())
+            .field("transactional", &M::TRANSACTIONAL)
+            .finish()
+    }
+}
+
+/// A transactional delivery's transaction, lent to the handler: it dereferences to the
+/// database's connection, so `&mut *tx` runs statements inside the transaction.
+pub struct Tx<'d, DB: Backend> {
+    guard: tokio::sync::MutexGuard<'d, Option<sqlx::Transaction<'static, DB>>>,
+}
+
+impl<DB: Backend> Deref for Tx<'_, DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        self.guard.as_ref().expect("checked when lent")
+    }
+}
+
+impl<DB: Backend> DerefMut for Tx<'_, DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        self.guard.as_mut().expect("checked when lent")
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Tx<'_, DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Tx")
+    }
+}
+
+/// How a delivery is settled: the handler's verdict on its row.
+///
+/// | outcome | the row |
+/// |---|---|
+/// | [`ack`](Outcome::ack) | deleted, or marked `processed_at` |
+/// | [`drop`](Outcome::drop) | the same as ack: a poison message leaves the queue |
+/// | [`retry`](Outcome::retry) | returned to the queue at once, its attempt counted |
+/// | [`retry_after`](Outcome::retry_after) | returned, claimable again after the delay |
+///
+/// At the queue's `max_attempts`, a retry moves the row to its dead letter instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "an outcome settles a delivery only when the handler returns it"]
+pub struct Outcome(pub(crate) Settle);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settle {
+    Ack,
+    Drop,
+    Retry,
+    RetryAfter(Duration),
+}
+
+impl Outcome {
+    /// The row is done: delete it, or mark it processed.
+    pub fn ack() -> Self {
+        Outcome(Settle::Ack)
+    }
+
+    /// The row cannot be handled and should not be retried: it leaves the queue as with ack.
+    pub fn drop() -> Self {
+        Outcome(Settle::Drop)
+    }
+
+    /// Return the row to the queue at once; its attempt is counted.
+    pub fn retry() -> Self {
+        Outcome(Settle::Retry)
+    }
+
+    /// Return the row to the queue, claimable again after `delay` (a column of the row, so the
+    /// delay survives a restart). On a table without a `retry_after` column this is
+    /// [`retry`](Outcome::retry), with a warning.
+    pub fn retry_after(delay: Duration) -> Self {
+        Outcome(Settle::RetryAfter(delay))
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self.0 {
+            Settle::Ack => "ack",
+            Settle::Drop => "drop",
+            Settle::Retry => "retry",
+            Settle::RetryAfter(_) => "retry_after",
+        }
+    }
+}
+
+/// What a handler may return: an [`Outcome`], or a value that converts into one.
+///
+/// | returned | outcome |
+/// |---|---|
+/// | `Outcome` | itself |
+/// | `()` | ack |
+/// | `Ok(())` | ack |
+/// | `Ok(outcome)` | `outcome` |
+/// | `Err(e)` | retry, with `e` logged as a warning |
+pub trait IntoOutcome {
+    /// Converts into the outcome that settles the delivery.
+    fn into_outcome(self) -> Outcome;
+}
+
+impl IntoOutcome for Outcome {
+    fn into_outcome(self) -> Outcome {
+        self
+    }
+}
+
+impl IntoOutcome for () {
+    fn into_outcome(self) -> Outcome {
+        Outcome::ack()
+    }
+}
+
+impl<E: fmt::Display> IntoOutcome for Result<(), E> {
+    fn into_outcome(self) -> Outcome {
+        self.map(|()| Outcome::ack()).into_outcome()
+    }
+}
+
+impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
+    fn into_outcome(self) -> Outcome {
+        match self {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                tracing::warn!(%error, "handler failed; the delivery is retried");
+                Outcome::retry()
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_convert() {
+        assert_eq!(Ok::<(), String>(()).into_outcome(), Outcome::ack());
+        assert_eq!(Err::<(), _>("boom").into_outcome(), Outcome::retry());
+        assert_eq!(
+            Ok::<_, String>(Outcome::drop()).into_outcome(),
+            Outcome::drop()
+        );
+        assert_eq!(().into_outcome(), Outcome::ack());
+    }
+}

@@ -1,0 +1,280 @@
+//! Statements whose text is the same on every database but for quoting and placeholders.
+
+use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
+
+/// The lease form's statements.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseSql {
+    pub(crate) claim: Claim,
+    /// `lease = new token`, guarded by the current token.
+    pub(crate) extend: Stmt,
+    /// `lease = NULL`, guarded: retry, and a delivery dropped unsettled.
+    pub(crate) release: Stmt,
+    /// `retry_after = at, lease = NULL`, guarded; absent without a `retry_after` column.
+    pub(crate) retry_after: Option<Stmt>,
+    /// ack and drop: `DELETE`, or `processed_at = now, lease = NULL`, guarded.
+    pub(crate) finish: Stmt,
+}
+
+impl LeaseSql {
+    /// Every statement, to prepare at start.
+    pub(crate) fn statements(&self) -> Vec<&Stmt> {
+        let mut all = match &self.claim {
+            Claim::Returning(stmt) => vec![stmt],
+            Claim::SelectThenUpdate { select, updates } => {
+                std::iter::once(select).chain(updates.iter()).collect()
+            }
+        };
+        all.extend([&self.extend, &self.release, &self.finish]);
+        all.extend(self.retry_after.as_ref());
+        all
+    }
+}
+
+/// The enqueue statement.
+#[derive(Debug, Clone)]
+pub(crate) struct EnqueueSql {
+    /// `INSERT` of one job; binds payload, then group and `retry_after` where the table has them.
+    pub(crate) insert: Stmt,
+    /// Whether `insert` returns the new id (else the driver's last insert id is read).
+    pub(crate) returning: bool,
+}
+
+/// `WHERE` conditions that make a row claimable now (no leading `WHERE`).
+pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
+    if let Some(group) = &n.group {
+        w.push(group).push(" = ").param(Slot::Group).push(" AND ");
+    }
+    if let Some(processed_at) = &n.processed_at {
+        w.push(processed_at).push(" IS NULL AND ");
+    }
+    if let Some(lease) = &n.lease {
+        w.push("(")
+            .push(lease)
+            .push(" IS NULL OR ")
+            .push(lease)
+            .push(" < ")
+            .param(Slot::Now)
+            .push(")");
+    } else {
+        w.push("1 = 1");
+    }
+    if let Some(retry_after) = &n.retry_after {
+        w.push(" AND (")
+            .push(retry_after)
+            .push(" IS NULL OR ")
+            .push(retry_after)
+            .push(" <= ")
+            .param(Slot::Now)
+            .push(")");
+    }
+}
+
+/// `SET lease = ?, attempt = attempt + 1` of a lease claim.
+pub(super) fn lease_set(w: &mut SqlWriter, n: &Names) {
+    let lease = n.lease.as_deref().expect("lease statements need a lease column");
+    w.push(" SET ").push(lease).push(" = ").param(Slot::NewToken);
+    if let Some(attempt) = &n.attempt {
+        w.push(", ").push(attempt).push(" = ").push(attempt).push(" + 1");
+    }
+}
+
+fn guarded(w: &mut SqlWriter, n: &Names, lease: &str) {
+    w.push(" WHERE ")
+        .push(&n.id)
+        .push(" = ")
+        .param(Slot::Id)
+        .push(" AND ")
+        .push(lease)
+        .push(" = ")
+        .param(Slot::Token);
+}
+
+pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
+    let lease = n.lease.as_deref().expect("lease statements need a lease column");
+    let update = |w: &mut SqlWriter| {
+        w.push("UPDATE ").push(&n.table).push(" SET ");
+    };
+
+    let mut w = n.writer();
+    update(&mut w);
+    w.push(lease).push(" = ").param(Slot::NewToken);
+    guarded(&mut w, n, lease);
+    let extend = w.finish();
+
+    let mut w = n.writer();
+    update(&mut w);
+    w.push(lease).push(" = NULL");
+    guarded(&mut w, n, lease);
+    let release = w.finish();
+
+    let retry_after = n.retry_after.as_deref().map(|retry_after| {
+        let mut w = n.writer();
+        update(&mut w);
+        w.push(retry_after)
+            .push(" = ")
+            .param(Slot::At)
+            .push(", ")
+            .push(lease)
+            .push(" = NULL");
+        guarded(&mut w, n, lease);
+        w.finish()
+    });
+
+    let mut w = n.writer();
+    match &n.processed_at {
+        Some(processed_at) => {
+            update(&mut w);
+            w.push(processed_at)
+                .push(" = ")
+                .param(Slot::Now)
+                .push(", ")
+                .push(lease)
+                .push(" = NULL");
+        }
+        None => {
+            w.push("DELETE FROM ").push(&n.table);
+        }
+    }
+    guarded(&mut w, n, lease);
+    let finish = w.finish();
+
+    LeaseSql {
+        claim,
+        extend,
+        release,
+        retry_after,
+        finish,
+    }
+}
+
+pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
+    let mut w = n.writer();
+    w.push("INSERT INTO ")
+        .push(&n.table)
+        .push(" (")
+        .push(&n.payload);
+    for column in [&n.group, &n.retry_after].into_iter().flatten() {
+        w.push(", ").push(column);
+    }
+    w.push(") VALUES (").param(Slot::Payload);
+    if n.group.is_some() {
+        w.push(", ").param(Slot::Group);
+    }
+    if n.retry_after.is_some() {
+        w.push(", ").param(Slot::At);
+    }
+    w.push(")");
+    if returning {
+        // PostgreSQL decodes strictly: an `INTEGER` id is read as `BIGINT`.
+        match n.dialect {
+            Dialect::Postgres => w.push(" RETURNING CAST(").push(&n.id).push(" AS BIGINT)"),
+            _ => w.push(" RETURNING ").push(&n.id),
+        };
+    }
+    EnqueueSql {
+        insert: w.finish(),
+        returning,
+    }
+}
+
+/// `INSERT` of `rows` jobs in one statement; binds, per row, what [`enqueue`] binds.
+pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
+    let mut w = n.writer();
+    w.push("INSERT INTO ")
+        .push(&n.table)
+        .push(" (")
+        .push(&n.payload);
+    for column in [&n.group, &n.retry_after].into_iter().flatten() {
+        w.push(", ").push(column);
+    }
+    w.push(") VALUES ");
+    for row in 0..rows {
+        w.push(if row == 0 { "(" } else { ", (" }).param(Slot::Payload);
+        if n.group.is_some() {
+            w.push(", ").param(Slot::Group);
+        }
+        if n.retry_after.is_some() {
+            w.push(", ").param(Slot::At);
+        }
+        w.push(")");
+    }
+    w.finish().text().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Dialect, Names, lease as render_lease};
+    use crate::{Queue, Table};
+
+    fn names(dialect: Dialect, table: Table) -> Names {
+        let q = Queue::table(table)
+            .named("mail")
+            .lease("locked_until")
+            .attempt("attempt");
+        Names::of_queue(dialect, &q.config_for_tests()).unwrap()
+    }
+
+    #[test]
+    fn lease_settlements_carry_the_token() {
+        let n = names(Dialect::Postgres, Table::new("jobs"));
+        let sql = render_lease(&n, 8);
+        assert_eq!(
+            sql.finish.text(),
+            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "locked_until" = $2"#
+        );
+        assert_eq!(
+            sql.release.text(),
+            r#"UPDATE "jobs" SET "locked_until" = NULL WHERE "id" = $1 AND "locked_until" = $2"#
+        );
+        assert_eq!(
+            sql.extend.text(),
+            r#"UPDATE "jobs" SET "locked_until" = $1 WHERE "id" = $2 AND "locked_until" = $3"#
+        );
+        assert!(sql.retry_after.is_none());
+    }
+
+    #[test]
+    fn processed_at_marks_instead_of_deleting() {
+        let table = Table::new("jobs")
+            .processed_at("done_at")
+            .retry_after("not_before");
+        let n = names(Dialect::Sqlite, table);
+        let sql = render_lease(&n, 8);
+        assert_eq!(
+            sql.finish.text(),
+            "UPDATE `jobs` SET `done_at` = ?, `locked_until` = NULL \
+             WHERE `id` = ? AND `locked_until` = ?"
+        );
+        assert_eq!(
+            sql.retry_after.unwrap().text(),
+            "UPDATE `jobs` SET `not_before` = ?, `locked_until` = NULL \
+             WHERE `id` = ? AND `locked_until` = ?"
+        );
+    }
+
+    #[test]
+    fn enqueue_binds_group_and_delay_where_the_table_has_them() {
+        let table = Table::new("jobs").group("queue").retry_after("not_before");
+        let n = Names::of_table(Dialect::Postgres, &table).unwrap();
+        let sql = super::super::enqueue(&n);
+        assert_eq!(
+            sql.insert.text(),
+            r#"INSERT INTO "jobs" ("payload", "queue", "not_before") VALUES ($1, $2, $3) RETURNING CAST("id" AS BIGINT)"#
+        );
+        let n = Names::of_table(Dialect::MySql, &Table::new("jobs")).unwrap();
+        let sql = super::super::enqueue(&n);
+        assert_eq!(sql.insert.text(), "INSERT INTO `jobs` (`payload`) VALUES (?)");
+        assert!(!sql.returning);
+    }
+
+    #[test]
+    fn bulk_enqueue_is_one_statement() {
+        let table = Table::new("jobs").group("queue");
+        let n = Names::of_table(Dialect::Postgres, &table).unwrap();
+        assert_eq!(
+            super::enqueue_many(&n, 3),
+            r#"INSERT INTO "jobs" ("payload", "queue") VALUES ($1, $2), ($3, $4), ($5, $6)"#
+        );
+    }
+}

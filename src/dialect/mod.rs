@@ -1,0 +1,345 @@
+//! Statement text, one file per database.
+//!
+//! Nothing here talks to a database: each function renders text from validated, quoted names, so
+//! the statements are tested as text (below and in each dialect's file) and run against the real
+//! servers in `tests/`. Every statement is rendered once, when a queue starts.
+
+mod common;
+mod mysql;
+mod postgres;
+mod sqlite;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, SqlStr};
+
+use crate::error::{Error, Result};
+use crate::queue::config::{Form, QueueConfig};
+use crate::table::{Table, table_parts, validate_ident};
+
+pub(crate) use common::{EnqueueSql, LeaseSql};
+
+/// The SQL dialect of a database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+impl Dialect {
+    /// Validates `ident` and quotes it in this dialect's way.
+    pub(crate) fn quote(self, ident: &str) -> Result<String> {
+        validate_ident(ident)?;
+        match self {
+            Dialect::Postgres if ident.len() > 63 => Err(Error::Identifier {
+                name: ident.to_owned(),
+                reason: "PostgreSQL identifiers are at most 63 bytes (longer ones would be \
+                         silently truncated)",
+            }),
+            Dialect::MySql if ident.chars().count() > 64 => Err(Error::Identifier {
+                name: ident.to_owned(),
+                reason: "MySQL/MariaDB identifiers are at most 64 characters",
+            }),
+            Dialect::Postgres => Ok(format!("\"{ident}\"")),
+            Dialect::MySql | Dialect::Sqlite => Ok(format!("`{ident}`")),
+        }
+    }
+
+    /// Validates and quotes a possibly schema-qualified table name.
+    pub(crate) fn quote_table(self, name: &str) -> Result<String> {
+        match table_parts(name)? {
+            (None, table) => self.quote(table),
+            (Some(schema), table) => Ok(format!("{}.{}", self.quote(schema)?, self.quote(table)?)),
+        }
+    }
+
+    /// The product name, for messages.
+    pub(crate) fn product(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "PostgreSQL",
+            Dialect::MySql => "MySQL/MariaDB",
+            Dialect::Sqlite => "SQLite",
+        }
+    }
+}
+
+/// What a statement's placeholders take, in the order they appear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// The row's id.
+    Id,
+    /// The `i`-th id of a list (claims on MySQL/MariaDB update the claimed ids).
+    IdAt(u16),
+    /// The delivery's current lease token.
+    Token,
+    /// A new lease token (claim, extension).
+    NewToken,
+    /// The current time.
+    Now,
+    /// A later time: `retry_after` of a settlement or an enqueue.
+    At,
+    /// The queue's group value.
+    Group,
+    /// How many rows a claim takes.
+    Limit,
+    /// A job's payload.
+    Payload,
+}
+
+/// A rendered statement: its text, shared (cloning it clones an `Arc`), and its placeholders.
+#[derive(Debug, Clone)]
+pub struct Stmt {
+    sql: Arc<str>,
+    pub(crate) slots: Box<[Slot]>,
+}
+
+impl Stmt {
+    pub(crate) fn text(&self) -> &str {
+        &self.sql
+    }
+
+    pub(crate) fn sql(&self) -> SqlStr {
+        AssertSqlSafe(Arc::clone(&self.sql)).into_sql_str()
+    }
+}
+
+use sqlx::SqlSafeStr as _;
+
+/// The values a statement's slots are bound from.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Args<'a> {
+    pub(crate) id: i64,
+    pub(crate) ids: &'a [i64],
+    pub(crate) token: Option<DateTime<Utc>>,
+    pub(crate) new_token: Option<DateTime<Utc>>,
+    pub(crate) now: Option<DateTime<Utc>>,
+    pub(crate) at: Option<DateTime<Utc>>,
+    pub(crate) group: Option<&'a str>,
+    pub(crate) limit: i64,
+    pub(crate) payload: &'a [u8],
+}
+
+/// One bound value, as the database drivers take it.
+#[derive(Debug, Clone, Copy)]
+pub enum Value<'a> {
+    I64(i64),
+    Bytes(&'a [u8]),
+    Text(Option<&'a str>),
+    Time(Option<DateTime<Utc>>),
+}
+
+impl<'a> Args<'a> {
+    pub(crate) fn value(&self, slot: Slot) -> Value<'a> {
+        match slot {
+            Slot::Id => Value::I64(self.id),
+            // A short list is padded with its last id: repeating an id in `IN (..)` is harmless.
+            Slot::IdAt(i) => Value::I64(
+                self.ids
+                    .get(usize::from(i))
+                    .or(self.ids.last())
+                    .copied()
+                    .unwrap_or(self.id),
+            ),
+            Slot::Token => Value::Time(self.token),
+            Slot::NewToken => Value::Time(self.new_token),
+            Slot::Now => Value::Time(self.now),
+            Slot::At => Value::Time(self.at),
+            Slot::Group => Value::Text(self.group),
+            Slot::Limit => Value::I64(self.limit),
+            Slot::Payload => Value::Bytes(self.payload),
+        }
+    }
+}
+
+/// Writes statement text, numbering placeholders in the dialect's way.
+#[derive(Debug)]
+pub(crate) struct SqlWriter {
+    dialect: Dialect,
+    sql: String,
+    slots: Vec<Slot>,
+}
+
+impl SqlWriter {
+    pub(crate) fn new(dialect: Dialect) -> Self {
+        SqlWriter {
+            dialect,
+            sql: String::with_capacity(256),
+            slots: Vec::new(),
+        }
+    }
+
+    pub(crate) fn push(&mut self, text: &str) -> &mut Self {
+        self.sql.push_str(text);
+        self
+    }
+
+    pub(crate) fn param(&mut self, slot: Slot) -> &mut Self {
+        self.slots.push(slot);
+        match self.dialect {
+            Dialect::Postgres => {
+                self.sql.push('$');
+                self.sql.push_str(&self.slots.len().to_string());
+            }
+            Dialect::MySql | Dialect::Sqlite => self.sql.push('?'),
+        }
+        self
+    }
+
+    pub(crate) fn finish(self) -> Stmt {
+        Stmt {
+            sql: self.sql.into(),
+            slots: self.slots.into(),
+        }
+    }
+}
+
+/// The quoted names a queue's statements use.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) dialect: Dialect,
+    pub(crate) table: String,
+    pub(crate) id: String,
+    pub(crate) payload: String,
+    pub(crate) group: Option<String>,
+    pub(crate) retry_after: Option<String>,
+    pub(crate) processed_at: Option<String>,
+    pub(crate) lease: Option<String>,
+    pub(crate) attempt: Option<String>,
+}
+
+impl Names {
+    /// The names of a table alone (enqueue).
+    pub(crate) fn of_table(dialect: Dialect, table: &Table) -> Result<Self> {
+        let opt = |name: &Option<String>| name.as_deref().map(|n| dialect.quote(n)).transpose();
+        Ok(Names {
+            dialect,
+            table: dialect.quote_table(&table.name)?,
+            id: dialect.quote(&table.id)?,
+            payload: dialect.quote(&table.payload)?,
+            group: opt(&table.group)?,
+            retry_after: opt(&table.retry_after)?,
+            processed_at: opt(&table.processed_at)?,
+            lease: None,
+            attempt: None,
+        })
+    }
+
+    /// The names of a queue: its table's and its own columns.
+    pub(crate) fn of_queue(dialect: Dialect, config: &QueueConfig) -> Result<Self> {
+        let mut names = Names::of_table(dialect, &config.table)?;
+        if let Form::Lease { column, .. } = &config.form {
+            names.lease = Some(dialect.quote(column)?);
+        }
+        names.attempt = config.attempt.as_deref().map(|a| dialect.quote(a)).transpose()?;
+        Ok(names)
+    }
+
+    pub(crate) fn writer(&self) -> SqlWriter {
+        SqlWriter::new(self.dialect)
+    }
+}
+
+/// Renders the lease form's statements for `names`.
+pub(crate) fn lease(names: &Names, max_claim: usize) -> LeaseSql {
+    let claim = match names.dialect {
+        Dialect::Postgres => postgres::lease_claim(names),
+        Dialect::MySql => mysql::lease_claim(names, max_claim),
+        Dialect::Sqlite => sqlite::lease_claim(names),
+    };
+    common::lease(names, claim)
+}
+
+/// Renders the enqueue statement for `names`.
+pub(crate) fn enqueue(names: &Names) -> EnqueueSql {
+    common::enqueue(names, names.dialect != Dialect::MySql)
+}
+
+/// Renders the `INSERT` of `rows` jobs in one statement.
+pub(crate) fn enqueue_many(names: &Names, rows: usize) -> String {
+    common::enqueue_many(names, rows)
+}
+
+/// The statement that starts a MySQL/MariaDB claim's transaction.
+pub(crate) fn mysql_begin() -> &'static str {
+    mysql::BEGIN_READ_COMMITTED
+}
+
+/// Renders the catalog query that lists a table's columns and their types.
+pub(crate) fn catalog(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => postgres::CATALOG,
+        Dialect::MySql => mysql::CATALOG,
+        Dialect::Sqlite => sqlite::CATALOG,
+    }
+}
+
+/// How a claim is made.
+#[derive(Debug, Clone)]
+pub(crate) enum Claim {
+    /// One statement that claims and returns the rows (PostgreSQL, SQLite).
+    Returning(Stmt),
+    /// A locking `SELECT`, then an `UPDATE` of the selected ids in the same transaction
+    /// (MySQL/MariaDB, which have no `UPDATE .. RETURNING`). `updates[k]` takes `2^k` ids.
+    SelectThenUpdate { select: Stmt, updates: Box<[Stmt]> },
+}
+
+impl Claim {
+    /// The update statement for `n` ids (the smallest that fits; short lists are padded).
+    pub(crate) fn update_for(updates: &[Stmt], n: usize) -> &Stmt {
+        let k = n.next_power_of_two().trailing_zeros() as usize;
+        &updates[k.min(updates.len() - 1)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_per_dialect() {
+        assert_eq!(Dialect::Postgres.quote("jobs").unwrap(), "\"jobs\"");
+        assert_eq!(Dialect::MySql.quote("jobs").unwrap(), "`jobs`");
+        assert_eq!(Dialect::Sqlite.quote("jobs").unwrap(), "`jobs`");
+        assert_eq!(
+            Dialect::Postgres.quote_table("app.jobs").unwrap(),
+            "\"app\".\"jobs\""
+        );
+        assert_eq!(Dialect::MySql.quote_table("app.jobs").unwrap(), "`app`.`jobs`");
+    }
+
+    #[test]
+    fn postgres_refuses_names_it_would_truncate() {
+        let long = "j".repeat(64);
+        assert!(matches!(
+            Dialect::Postgres.quote(&long),
+            Err(Error::Identifier { .. })
+        ));
+        Dialect::Postgres.quote(&"j".repeat(63)).unwrap();
+        assert!(Dialect::MySql.quote(&"j".repeat(65)).is_err());
+        Dialect::Sqlite.quote(&long).unwrap();
+    }
+
+    #[test]
+    fn placeholders_are_numbered_on_postgres_only() {
+        let mut w = SqlWriter::new(Dialect::Postgres);
+        w.push("a = ").param(Slot::Id).push(" AND b = ").param(Slot::Token);
+        assert_eq!(w.finish().text(), "a = $1 AND b = $2");
+        let mut w = SqlWriter::new(Dialect::MySql);
+        w.push("a = ").param(Slot::Id).push(" AND b = ").param(Slot::Token);
+        let stmt = w.finish();
+        assert_eq!(stmt.text(), "a = ? AND b = ?");
+        assert_eq!(&*stmt.slots, &[Slot::Id, Slot::Token]);
+    }
+
+    #[test]
+    fn short_id_lists_are_padded() {
+        let args = Args {
+            ids: &[7, 9],
+            ..Args::default()
+        };
+        assert!(matches!(args.value(Slot::IdAt(0)), Value::I64(7)));
+        assert!(matches!(args.value(Slot::IdAt(3)), Value::I64(9)));
+    }
+}

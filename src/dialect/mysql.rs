@@ -1,0 +1,90 @@
+//! MySQL and MariaDB statement text.
+
+use super::common::{claimable, lease_set};
+use super::{Claim, Names, Slot, Stmt};
+
+/// The columns of a table and their types; binds the schema (NULL: the current database) and
+/// the table name.
+pub(super) const CATALOG: &str = "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR) \
+     FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) \
+     AND TABLE_NAME = ?";
+
+/// Starts a claim's transaction at READ COMMITTED in one round trip, so the locking read takes
+/// no gap locks that would block inserts.
+pub(crate) const BEGIN_READ_COMMITTED: &str =
+    "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION";
+
+/// No `UPDATE .. RETURNING`: a locking `SELECT` of the claimable rows, then an `UPDATE` of their
+/// ids, in one READ COMMITTED transaction. The updates are rendered for 1, 2, 4, .. ids up to
+/// `max_claim`; a shorter list is padded by repeating an id.
+pub(super) fn lease_claim(n: &Names, max_claim: usize) -> Claim {
+    let mut w = n.writer();
+    w.push("SELECT CAST(")
+        .push(&n.id)
+        .push(" AS SIGNED), ")
+        .push(&n.payload);
+    if let Some(attempt) = &n.attempt {
+        w.push(", CAST(").push(attempt).push(" AS SIGNED)");
+    }
+    w.push(" FROM ").push(&n.table).push(" WHERE ");
+    claimable(&mut w, n);
+    w.push(" ORDER BY ")
+        .push(&n.id)
+        .push(" LIMIT ")
+        .param(Slot::Limit)
+        .push(" FOR UPDATE SKIP LOCKED");
+    let select = w.finish();
+
+    let sizes = max_claim.max(1).next_power_of_two().trailing_zeros();
+    let updates = (0..=sizes)
+        .map(|k| update_ids(n, 1 << k))
+        .collect::<Vec<_>>()
+        .into_boxed_slice();
+    Claim::SelectThenUpdate { select, updates }
+}
+
+fn update_ids(n: &Names, count: u16) -> Stmt {
+    let mut w = n.writer();
+    w.push("UPDATE ").push(&n.table);
+    lease_set(&mut w, n);
+    w.push(" WHERE ").push(&n.id).push(" IN (");
+    for i in 0..count {
+        if i > 0 {
+            w.push(", ");
+        }
+        w.param(Slot::IdAt(i));
+    }
+    w.push(")");
+    w.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Claim, Dialect, Names};
+    use crate::{Queue, Table};
+
+    #[test]
+    fn lease_claim_selects_then_updates() {
+        let q = Queue::table(Table::new("jobs").processed_at("done_at"))
+            .lease("locked_until")
+            .attempt("attempt");
+        let n = Names::of_queue(Dialect::MySql, &q.config_for_tests()).unwrap();
+        let Claim::SelectThenUpdate { select, updates } = super::lease_claim(&n, 5) else {
+            panic!("MySQL claims in two statements");
+        };
+        assert_eq!(
+            select.text(),
+            "SELECT CAST(`id` AS SIGNED), `payload`, CAST(`attempt` AS SIGNED) FROM `jobs` \
+             WHERE `done_at` IS NULL AND (`locked_until` IS NULL OR `locked_until` < ?) \
+             ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+        );
+        assert_eq!(updates.len(), 4, "1, 2, 4 and 8 ids");
+        assert_eq!(
+            updates[1].text(),
+            "UPDATE `jobs` SET `locked_until` = ?, `attempt` = `attempt` + 1 WHERE `id` IN (?, ?)"
+        );
+        assert_eq!(Claim::update_for(&updates, 3).slots.len(), 5);
+        assert_eq!(Claim::update_for(&updates, 1).slots.len(), 2);
+        assert_eq!(Claim::update_for(&updates, 8).slots.len(), 9);
+    }
+}

@@ -1,0 +1,65 @@
+//! PostgreSQL statement text.
+
+use super::common::{claimable, lease_set};
+use super::{Claim, Names, Slot};
+
+/// The columns of a table and their types, by the table's quoted (possibly qualified) name, so
+/// the search path and quoting resolve it as every other statement does.
+pub(super) const CATALOG: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
+     FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+     AND NOT a.attisdropped";
+
+/// One statement: the claimable ids, locked and skipped when locked elsewhere, then the update.
+/// The locking CTE is never inlined, so `LIMIT` holds however the planner joins.
+pub(super) fn lease_claim(n: &Names) -> Claim {
+    let mut w = n.writer();
+    w.push("WITH claimable AS (SELECT ")
+        .push(&n.id)
+        .push(" FROM ")
+        .push(&n.table)
+        .push(" WHERE ");
+    claimable(&mut w, n);
+    w.push(" ORDER BY ")
+        .push(&n.id)
+        .push(" LIMIT ")
+        .param(Slot::Limit)
+        .push(" FOR UPDATE SKIP LOCKED) UPDATE ")
+        .push(&n.table)
+        .push(" AS q");
+    lease_set(&mut w, n);
+    w.push(" FROM claimable WHERE q.")
+        .push(&n.id)
+        .push(" = claimable.")
+        .push(&n.id)
+        .push(" RETURNING CAST(q.")
+        .push(&n.id)
+        .push(" AS BIGINT), q.")
+        .push(&n.payload);
+    if let Some(attempt) = &n.attempt {
+        w.push(", CAST(q.").push(attempt).push(" AS BIGINT) - 1");
+    }
+    Claim::Returning(w.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Claim, Dialect, Names};
+    use crate::{Queue, Table};
+
+    #[test]
+    fn lease_claim_is_one_statement() {
+        let table = Table::new("jobs").group("queue").retry_after("not_before");
+        let q = Queue::table(table)
+            .named("mail")
+            .lease("locked_until")
+            .attempt("attempt");
+        let n = Names::of_queue(Dialect::Postgres, &q.config_for_tests()).unwrap();
+        let Claim::Returning(stmt) = super::lease_claim(&n) else {
+            panic!("PostgreSQL claims in one statement");
+        };
+        assert_eq!(
+            stmt.text(),
+            r#"WITH claimable AS (SELECT "id" FROM "jobs" WHERE "queue" = $1 AND ("locked_until" IS NULL OR "locked_until" < $2) AND ("not_before" IS NULL OR "not_before" <= $3) ORDER BY "id" LIMIT $4 FOR UPDATE SKIP LOCKED) UPDATE "jobs" AS q SET "locked_until" = $5, "attempt" = "attempt" + 1 FROM claimable WHERE q."id" = claimable."id" RETURNING CAST(q."id" AS BIGINT), q."payload", CAST(q."attempt" AS BIGINT) - 1"#
+        );
+    }
+}

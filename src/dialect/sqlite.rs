@@ -1,0 +1,62 @@
+//! SQLite statement text.
+
+use super::common::{claimable, lease_set};
+use super::{Claim, Names, Slot};
+
+/// The columns of a table and their declared types; binds the table name, then the schema
+/// (NULL: every attached database, `main` first).
+pub(super) const CATALOG: &str = "SELECT name, type FROM pragma_table_info(?, ?)";
+
+/// SQLite has one writer: the claim is one `UPDATE .. WHERE id IN (SELECT .. LIMIT n)
+/// RETURNING ..`, atomic without row locks.
+pub(super) fn lease_claim(n: &Names) -> Claim {
+    let mut w = n.writer();
+    w.push("UPDATE ").push(&n.table);
+    lease_set(&mut w, n);
+    w.push(" WHERE ")
+        .push(&n.id)
+        .push(" IN (SELECT ")
+        .push(&n.id)
+        .push(" FROM ")
+        .push(&n.table)
+        .push(" WHERE ");
+    claimable(&mut w, n);
+    w.push(" ORDER BY ")
+        .push(&n.id)
+        .push(" LIMIT ")
+        .param(Slot::Limit)
+        .push(") RETURNING ")
+        .push(&n.id)
+        .push(", ")
+        .push(&n.payload);
+    if let Some(attempt) = &n.attempt {
+        w.push(", ").push(attempt).push(" - 1");
+    }
+    Claim::Returning(w.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Claim, Dialect, Names, Slot};
+    use crate::{Queue, Table};
+
+    #[test]
+    fn lease_claim_is_one_update_returning() {
+        let q = Queue::table(Table::new("jobs").retry_after("not_before")).lease("locked_until");
+        let n = Names::of_queue(Dialect::Sqlite, &q.config_for_tests()).unwrap();
+        let Claim::Returning(stmt) = super::lease_claim(&n) else {
+            panic!("SQLite claims in one statement");
+        };
+        assert_eq!(
+            stmt.text(),
+            "UPDATE `jobs` SET `locked_until` = ? WHERE `id` IN (SELECT `id` FROM `jobs` \
+             WHERE (`locked_until` IS NULL OR `locked_until` < ?) \
+             AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?) \
+             RETURNING `id`, `payload`"
+        );
+        assert_eq!(
+            &*stmt.slots,
+            &[Slot::NewToken, Slot::Now, Slot::Now, Slot::Limit]
+        );
+    }
+}

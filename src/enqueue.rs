@@ -1,0 +1,205 @@
+//! Enqueueing jobs through the table description, on any sqlx connection or transaction, so a
+//! job commits with the data it serves.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use sqlx::{Acquire, AssertSqlSafe, SqlSafeStr as _};
+
+use crate::backend::private::Driver as _;
+use crate::backend::{Backend, query, query_values};
+use crate::dialect::{self, Args, Names, Value};
+use crate::error::{Error, Result};
+use crate::form::Clock;
+use crate::runner::wake;
+use crate::table::Table;
+
+/// Statements of a bulk enqueue take at most this many bound values (every database allows
+/// more than 30,000).
+const MAX_VALUES: usize = 30_000;
+
+/// A job to enqueue: its payload, the group (queue) it is for, and an optional delay.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use sqlx_queue::Job;
+///
+/// let job = Job::new("alice@example.com").group("signups").delay(Duration::from_secs(60));
+/// assert_eq!(job.payload(), b"alice@example.com");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a job does nothing until it is enqueued"]
+pub struct Job<'a> {
+    payload: Cow<'a, [u8]>,
+    group: Option<Cow<'a, str>>,
+    delay: Option<Duration>,
+}
+
+impl<'a> Job<'a> {
+    /// A job carrying `payload`'s bytes (a `&str`, `&[u8]`, `&Vec<u8>`, `b"..."`).
+    pub fn new<P: AsRef<[u8]> + ?Sized>(payload: &'a P) -> Self {
+        Job {
+            payload: Cow::Borrowed(payload.as_ref()),
+            group: None,
+            delay: None,
+        }
+    }
+
+    /// A job owning its payload.
+    pub fn from_vec(payload: Vec<u8>) -> Job<'static> {
+        Job {
+            payload: Cow::Owned(payload),
+            group: None,
+            delay: None,
+        }
+    }
+
+    /// A job whose payload is `value` as JSON.
+    ///
+    /// # Errors
+    ///
+    /// `value` cannot be serialized.
+    #[cfg(feature = "json")]
+    pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> serde_json::Result<Job<'static>> {
+        Ok(Job::from_vec(serde_json::to_vec(value)?))
+    }
+
+    /// The group the job is for: the [`named`](crate::Queue::named) value of the queue that
+    /// should take it. Needed on a table with a group column.
+    pub fn group(mut self, group: impl Into<Cow<'a, str>>) -> Self {
+        self.group = Some(group.into());
+        self
+    }
+
+    /// Makes the job claimable only after `delay` (needs a `retry_after` column).
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    /// The job's payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+}
+
+impl Table {
+    /// Inserts one job and returns its id. Pass the caller's transaction (`&mut *tx`) to make the
+    /// job commit with the data it serves; a pool or a connection works too. Queues of this
+    /// table and group running in this process are woken at once.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # async fn signup(pool: sqlx::SqlitePool) -> sqlx_queue::Result<()> {
+    /// use sqlx_queue::{Job, Table};
+    ///
+    /// let jobs = Table::new("signup_jobs");
+    /// let mut tx = pool.begin().await?;
+    /// sqlx::query("INSERT INTO accounts (email) VALUES ('alice@example.com')")
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// jobs.enqueue(&mut *tx, Job::new("alice@example.com")).await?;
+    /// tx.commit().await?; // the account and its job commit together
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Identifier`] for a name that cannot be quoted; [`Error::Declaration`] for a job
+    /// the table cannot hold (no group on a table with a group column, a group or a delay the
+    /// table has no column for); [`Error::Database`] from the insert.
+    pub async fn enqueue<'c, A>(&self, conn: A, job: Job<'_>) -> Result<i64>
+    where
+        A: Acquire<'c>,
+        A::Database: Backend,
+    {
+        let names = Names::of_table(<A::Database as crate::backend::private::Driver>::DIALECT, self)?;
+        self.check(&job)?;
+        let sql = dialect::enqueue(&names);
+        let args = Args {
+            payload: &job.payload,
+            group: job.group.as_deref(),
+            at: job.delay.map(|delay| Clock::default().after(delay)),
+            ..Args::default()
+        };
+        let mut conn = conn.acquire().await?;
+        let id = A::Database::insert_id(&mut *conn, query(&sql.insert, &args), sql.returning).await?;
+        wake::wake(&self.name, job.group.as_deref());
+        Ok(id)
+    }
+
+    /// Inserts many jobs with one statement (one per 30,000 bound values), returning how many
+    /// were inserted. Pass a transaction to make them commit together.
+    ///
+    /// # Errors
+    ///
+    /// As [`enqueue`](Table::enqueue), for any of the jobs; nothing is inserted when a job is
+    /// refused before the first statement.
+    pub async fn enqueue_many<'c, A>(&self, conn: A, jobs: &[Job<'_>]) -> Result<u64>
+    where
+        A: Acquire<'c>,
+        A::Database: Backend,
+    {
+        let names = Names::of_table(<A::Database as crate::backend::private::Driver>::DIALECT, self)?;
+        for job in jobs {
+            self.check(job)?;
+        }
+        if jobs.is_empty() {
+            return Ok(0);
+        }
+        let per_row = 1 + usize::from(names.group.is_some()) + usize::from(names.retry_after.is_some());
+        let clock = Clock::default();
+        let mut conn = conn.acquire().await?;
+        let mut inserted = 0;
+        let mut values = Vec::with_capacity(jobs.len().min(MAX_VALUES / per_row) * per_row);
+        for chunk in jobs.chunks(MAX_VALUES / per_row) {
+            values.clear();
+            for job in chunk {
+                values.push(Value::Bytes(&job.payload));
+                if names.group.is_some() {
+                    values.push(Value::Text(job.group.as_deref()));
+                }
+                if names.retry_after.is_some() {
+                    values.push(Value::Time(job.delay.map(|delay| clock.after(delay))));
+                }
+            }
+            let sql = AssertSqlSafe(dialect::enqueue_many(&names, chunk.len())).into_sql_str();
+            let q = query_values::<A::Database>(sql, &values);
+            inserted += A::Database::execute(&mut *conn, q).await?;
+        }
+        let mut woken: Vec<Option<&str>> = Vec::new();
+        for job in jobs {
+            let group = job.group.as_deref();
+            if !woken.contains(&group) {
+                wake::wake(&self.name, group);
+                woken.push(group);
+            }
+        }
+        Ok(inserted)
+    }
+
+    /// Refuses a job this table cannot hold.
+    fn check(&self, job: &Job<'_>) -> Result<()> {
+        let refuse = |reason: String| Err(Error::declaration(&self.name, reason));
+        match (&self.group, &job.group) {
+            (Some(column), None) => refuse(format!(
+                "table `{}` has the group column `{column}`: give the job its group with \
+                 `Job::group(..)`",
+                self.name
+            )),
+            (None, Some(group)) => refuse(format!(
+                "the job is for group {group:?}, but table `{}` has no group column",
+                self.name
+            )),
+            _ if job.delay.is_some() && self.retry_after.is_none() => refuse(format!(
+                "a delayed job needs a retry_after column, and table `{}` has none",
+                self.name
+            )),
+            _ => Ok(()),
+        }
+    }
+}

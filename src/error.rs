@@ -1,0 +1,140 @@
+//! The crate's one error type.
+
+/// The result of this crate's fallible operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when declaring, starting or running a queue.
+///
+/// Each variant names the queue, table and, where there is one, the statement it concerns, so a
+/// log line is enough to find the cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A lease settlement found another token on the row: the lease expired and another claim
+    /// took the row, which now belongs to that claim. Nothing was changed.
+    #[error("queue `{queue}`: the lease on row {id} of `{table}` was lost to a later claim")]
+    LeaseLost {
+        /// The queue the delivery came from.
+        queue: String,
+        /// The queue table.
+        table: String,
+        /// The row's id.
+        id: i64,
+    },
+
+    /// The delivery's transaction was still held elsewhere (a `Delivery` or its `Tx` moved into
+    /// another task) when the handler's future ended. Nothing was committed.
+    #[error(
+        "queue `{queue}`: the transaction of row {id} was still held when its handler ended; \
+         nothing was committed"
+    )]
+    TransactionHeld {
+        /// The queue the delivery came from.
+        queue: String,
+        /// The row's id.
+        id: i64,
+    },
+
+    /// The database does not have what the queue declares: a missing table or column, a column of
+    /// the wrong type, or a statement the database refused to prepare.
+    #[error(transparent)]
+    Schema(Box<SchemaError>),
+
+    /// The queue's declaration cannot work: for example a group column without a queue name, or
+    /// a feature this version does not have yet.
+    #[error("queue `{queue}`: {reason}")]
+    Declaration {
+        /// The queue concerned.
+        queue: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
+
+    /// A table or column name that cannot be used as an SQL identifier.
+    #[error("invalid identifier {name:?}: {reason}")]
+    Identifier {
+        /// The name as given.
+        name: String,
+        /// Why it is refused.
+        reason: &'static str,
+    },
+
+    /// The database server is older than the claim needs (no `SKIP LOCKED`).
+    #[error("{server} {found} is too old: this queue needs {needed} or later")]
+    ServerTooOld {
+        /// The server product.
+        server: String,
+        /// The version found.
+        found: String,
+        /// The oldest version that works.
+        needed: String,
+    },
+
+    /// An error from the database driver.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+/// What [`Error::Schema`] names: the queue, the table and, where there is one, the column or the
+/// statement the database refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+#[error("{}", self.describe())]
+pub struct SchemaError {
+    /// The queue being checked.
+    pub queue: String,
+    /// The table concerned.
+    pub table: String,
+    /// The column concerned, when one is.
+    pub column: Option<String>,
+    /// The statement the database refused, when one did.
+    pub statement: Option<String>,
+    /// What is wrong, in words.
+    pub reason: String,
+    /// The database's own error, when there is one.
+    #[source]
+    pub source: Option<sqlx::Error>,
+}
+
+impl SchemaError {
+    fn describe(&self) -> String {
+        let mut text = format!("queue `{}`: table `{}`", self.queue, self.table);
+        if let Some(column) = &self.column {
+            text.push_str(&format!(", column `{column}`"));
+        }
+        text.push_str(": ");
+        text.push_str(&self.reason);
+        if let Some(source) = &self.source {
+            text.push_str(&format!(" ({source})"));
+        }
+        if let Some(statement) = &self.statement {
+            text.push_str(&format!("; statement: {statement}"));
+        }
+        text
+    }
+}
+
+impl Error {
+    pub(crate) fn schema(
+        queue: &str,
+        table: &str,
+        column: Option<&str>,
+        reason: impl Into<String>,
+    ) -> Self {
+        Error::Schema(Box::new(SchemaError {
+            queue: queue.to_owned(),
+            table: table.to_owned(),
+            column: column.map(str::to_owned),
+            statement: None,
+            reason: reason.into(),
+            source: None,
+        }))
+    }
+
+    pub(crate) fn declaration(queue: &str, reason: impl Into<String>) -> Self {
+        Error::Declaration {
+            queue: queue.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,167 @@
+//! The lease form: the claim writes a token (the lease's expiry) and commits at once; every
+//! later statement on the row is guarded by that token.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::{Connection as _, Pool};
+
+use super::Clock;
+use crate::backend::{Backend, ClaimedRow, query};
+use crate::delivery::{Outcome, Settle};
+use crate::dialect::{Args, Claim, LeaseSql, Stmt, mysql_begin};
+use crate::error::{Error, Result};
+
+/// A claim's rows, in id order, and the lease token they all carry.
+#[derive(Debug)]
+pub(crate) struct Claimed {
+    pub(crate) rows: Vec<ClaimedRow>,
+    pub(crate) token: DateTime<Utc>,
+}
+
+/// The lease form of one mounted queue.
+#[derive(Debug)]
+pub(crate) struct LeaseForm {
+    pub(crate) sql: LeaseSql,
+    pub(crate) duration: Duration,
+    pub(crate) group: Option<Arc<str>>,
+    pub(crate) with_attempt: bool,
+    pub(crate) clock: Clock,
+    pub(crate) queue: Arc<str>,
+    pub(crate) table: Arc<str>,
+}
+
+impl LeaseForm {
+    /// Claims up to `limit` rows in one committed step, counting their attempt.
+    pub(crate) async fn claim<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        limit: usize,
+    ) -> Result<Claimed, sqlx::Error> {
+        let now = self.clock.now();
+        let token = self.clock.after(self.duration);
+        let args = Args {
+            now: Some(now),
+            new_token: Some(token),
+            group: self.group.as_deref(),
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            ..Args::default()
+        };
+        let mut conn = pool.acquire().await?;
+        let mut rows = match &self.sql.claim {
+            Claim::Returning(stmt) => {
+                DB::fetch_claimed(&mut *conn, query(stmt, &args), self.with_attempt).await?
+            }
+            Claim::SelectThenUpdate { select, updates } => {
+                let mut tx = conn.begin_with(mysql_begin()).await?;
+                let rows =
+                    DB::fetch_claimed(&mut *tx, query(select, &args), self.with_attempt).await?;
+                if !rows.is_empty() {
+                    let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+                    let args = Args { ids: &ids, ..args };
+                    DB::execute(&mut *tx, query(Claim::update_for(updates, ids.len()), &args))
+                        .await?;
+                }
+                tx.commit().await?;
+                rows
+            }
+        };
+        rows.sort_unstable_by_key(|row| row.id);
+        Ok(Claimed { rows, token })
+    }
+
+    /// Extends the lease of row `id` from `token`: the new token, or `None` when the lease was
+    /// lost.
+    pub(crate) async fn extend<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        id: i64,
+        token: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+        let new_token = self.clock.after(self.duration);
+        let args = Args {
+            id,
+            token: Some(token),
+            new_token: Some(new_token),
+            ..Args::default()
+        };
+        let changed = self.run(pool, &self.sql.extend, &args).await?;
+        Ok((changed == 1).then_some(new_token))
+    }
+
+    /// Settles row `id` by `outcome`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::LeaseLost`] when the row no longer carries `token`; nothing was changed.
+    pub(crate) async fn settle<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        id: i64,
+        token: DateTime<Utc>,
+        outcome: Outcome,
+    ) -> Result<()> {
+        let mut args = Args {
+            id,
+            token: Some(token),
+            now: Some(self.clock.now()),
+            ..Args::default()
+        };
+        let stmt = match outcome.0 {
+            Settle::Ack | Settle::Drop => &self.sql.finish,
+            Settle::Retry => &self.sql.release,
+            Settle::RetryAfter(delay) => match &self.sql.retry_after {
+                Some(stmt) => {
+                    args.at = Some(self.clock.after(delay));
+                    stmt
+                }
+                None => {
+                    tracing::warn!(
+                        "table `{}` has no retry_after column: retry_after({delay:?}) is a retry",
+                        self.table
+                    );
+                    &self.sql.release
+                }
+            },
+        };
+        match self.run(pool, stmt, &args).await? {
+            0 => Err(self.lost(id)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Releases the lease of row `id` (a delivery that will not be settled): the row is
+    /// claimable again at once. Returns whether the lease was still held.
+    pub(crate) async fn release<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        id: i64,
+        token: DateTime<Utc>,
+    ) -> Result<bool, sqlx::Error> {
+        let args = Args {
+            id,
+            token: Some(token),
+            ..Args::default()
+        };
+        Ok(self.run(pool, &self.sql.release, &args).await? == 1)
+    }
+
+    pub(crate) fn lost(&self, id: i64) -> Error {
+        Error::LeaseLost {
+            queue: self.queue.to_string(),
+            table: self.table.to_string(),
+            id,
+        }
+    }
+
+    async fn run<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        stmt: &Stmt,
+        args: &Args<'_>,
+    ) -> Result<u64, sqlx::Error> {
+        let mut conn = pool.acquire().await?;
+        DB::execute(&mut *conn, query(stmt, args)).await
+    }
+}

@@ -1,0 +1,23 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod backend;
+mod delivery;
+mod dialect;
+mod enqueue;
+mod error;
+mod form;
+mod queue;
+mod runner;
+mod table;
+
+pub use backend::Backend;
+pub use delivery::{Delivery, IntoOutcome, Outcome, Tx};
+pub use enqueue::Job;
+pub use error::{Error, Result, SchemaError};
+pub use queue::state::{Plain, Transactional};
+pub use queue::{DEFAULT_LEASE, Queue, state};
+pub use runner::{
+    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, Runner, Running, ShutdownReport, Stats,
+};
+pub use table::{DeadLetter, Table};

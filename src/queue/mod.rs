@@ -1,0 +1,315 @@
+//! The queue builder: a typestate chain that only lets valid queues be mounted.
+
+pub(crate) mod config;
+pub mod state;
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::delivery::{Delivery, IntoOutcome, Outcome};
+use crate::table::{DeadLetter, Table};
+use config::QueueConfig;
+use state::*;
+
+/// The lease duration when none is given.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// A queue, declared on a [`Table`] by a chain of calls, then mounted on a
+/// [`Runner`](crate::Runner).
+///
+/// Exactly one claim form — [`row_lock`](Queue::row_lock), [`lease`](Queue::lease) or
+/// [`advisory_lock`](Queue::advisory_lock) — and a handler are needed; the rest is optional.
+/// Combinations that cannot work do not compile, and the error names the missing call:
+/// `max_attempts` without an attempt column, a cap without a dead letter, a transactional queue
+/// with batches, two claim forms, a row lock on SQLite.
+///
+/// The type parameters are the builder's states ([`state`]); you never write them.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use sqlx::Sqlite;
+/// use sqlx_queue::{DeadLetter, Delivery, Outcome, Queue, Table};
+///
+/// async fn send(d: Delivery<Sqlite>) -> Outcome {
+///     if d.payload().is_empty() { Outcome::drop() } else { Outcome::ack() }
+/// }
+///
+/// let emails = Queue::table(Table::new("email_jobs"))
+///     .lease("locked_until")
+///     .lease_duration(Duration::from_secs(60))
+///     .attempt("attempt")
+///     .max_attempts(5)
+///     .dead_letter(DeadLetter::table("email_jobs_dead"))
+///     .workers(4)
+///     .handler(send);
+/// # let _ = emails;
+/// ```
+#[must_use = "a queue does nothing until it is mounted on a Runner"]
+pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H = NoHandler> {
+    table: Table,
+    name: Option<String>,
+    workers: usize,
+    form: F,
+    attempt: A,
+    cap: C,
+    mode: PhantomData<fn() -> M>,
+    batch: B,
+    handler: H,
+}
+
+impl Queue {
+    /// Starts a queue on `table`.
+    pub fn table(table: Table) -> Self {
+        Queue {
+            table,
+            name: None,
+            workers: 1,
+            form: NoForm,
+            attempt: NoAttempt,
+            cap: NoCap,
+            mode: PhantomData,
+            batch: Single,
+            handler: NoHandler,
+        }
+    }
+}
+
+impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
+    /// Rebuilds the queue with one state changed; every builder method is written once, here.
+    fn with<F2, A2, C2, M2, B2, H2>(
+        self,
+        form: impl FnOnce(F) -> F2,
+        attempt: impl FnOnce(A) -> A2,
+        cap: impl FnOnce(C) -> C2,
+        batch: impl FnOnce(B) -> B2,
+        handler: impl FnOnce(H) -> H2,
+    ) -> Queue<F2, A2, C2, M2, B2, H2> {
+        Queue {
+            table: self.table,
+            name: self.name,
+            workers: self.workers,
+            form: form(self.form),
+            attempt: attempt(self.attempt),
+            cap: cap(self.cap),
+            mode: PhantomData,
+            batch: batch(self.batch),
+            handler: handler(self.handler),
+        }
+    }
+
+    fn form<F2>(self, form: F2) -> Queue<F2, A, C, M, B, H> {
+        self.with(|_| form, |a| a, |c| c, |b| b, |h| h)
+    }
+
+    /// The group value this queue serves, on a table with a [group](Table::group) column; it is
+    /// also the queue's name in logs.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The row lock form: the claim's transaction holds each row (`FOR UPDATE SKIP LOCKED`) while
+    /// its handler runs, and the settlement commits with it. PostgreSQL and MySQL/MariaDB; each
+    /// delivery in work holds a pooled connection.
+    pub fn row_lock(self) -> Queue<RowLock, A, C, M, B, H>
+    where
+        F: NoFormYet,
+    {
+        self.form(RowLock)
+    }
+
+    /// The lease form: the claim writes a lease token into `column` (the lease's expiry) and
+    /// commits at once; the runner extends the lease while the handler works, and every
+    /// settlement is guarded by the token. All three databases.
+    pub fn lease(self, column: impl Into<String>) -> Queue<Lease, A, C, M, B, H>
+    where
+        F: NoFormYet,
+    {
+        self.form(Lease {
+            column: column.into(),
+            duration: DEFAULT_LEASE,
+        })
+    }
+
+    /// How long a lease lasts before another claim may take the row (default 30 s). The runner
+    /// extends the lease of a delivery still in work every half lease.
+    ///
+    /// # Panics
+    ///
+    /// `duration` is shorter than 10 ms.
+    #[track_caller]
+    pub fn lease_duration(mut self, duration: Duration) -> Self
+    where
+        F: LeaseForm,
+    {
+        assert!(
+            duration >= Duration::from_millis(10),
+            "lease_duration must be at least 10 ms, got {duration:?}"
+        );
+        self.form.set_duration(duration);
+        self
+    }
+
+    /// The advisory lock form: a session lock on the row's key holds the row while its handler
+    /// runs. PostgreSQL and MySQL/MariaDB; SQLite within one process.
+    pub fn advisory_lock(self) -> Queue<AdvisoryLock, A, C, M, B, H>
+    where
+        F: NoFormYet,
+    {
+        self.form(AdvisoryLock)
+    }
+
+    /// The attempt column: an integer, `NOT NULL DEFAULT 1`, that counts the row's deliveries.
+    pub fn attempt(self, column: impl Into<String>) -> Queue<F, AttemptColumn, C, M, B, H>
+    where
+        A: NoAttemptYet,
+    {
+        let column = AttemptColumn(column.into());
+        self.with(|f| f, |_| column, |c| c, |b| b, |h| h)
+    }
+
+    /// The cap: a retry of a row whose attempt has reached `n` moves it to the dead letter
+    /// instead. Needs [`attempt`](Queue::attempt) before and [`dead_letter`](Queue::dead_letter)
+    /// after.
+    ///
+    /// # Panics
+    ///
+    /// `n` is 0.
+    #[track_caller]
+    pub fn max_attempts(self, n: u32) -> Queue<F, A, MaxAttempts, M, B, H>
+    where
+        A: HasAttemptColumn,
+        C: NoCapYet,
+    {
+        assert!(n > 0, "max_attempts must be at least 1");
+        self.with(|f| f, |a| a, |_| MaxAttempts(n), |b| b, |h| h)
+    }
+
+    /// Where a row goes at the cap: another group of the table, or another table.
+    pub fn dead_letter(self, to: DeadLetter) -> Queue<F, A, DeadLettered, M, B, H>
+    where
+        C: HasMaxAttempts,
+    {
+        let with = |c: C| DeadLettered {
+            max_attempts: c.max_attempts(),
+            to,
+        };
+        self.with(|f| f, |a| a, with, |b| b, |h| h)
+    }
+
+    /// Transactional mode: the handler gets its delivery's transaction
+    /// ([`Delivery::tx`]); ack commits the handler's writes with the settlement, any other
+    /// outcome rolls them back first.
+    pub fn transactional(self) -> Queue<F, A, C, Transactional, B, H>
+    where
+        B: NotBatched,
+        H: NoHandlerYet,
+    {
+        self.with(|f| f, |a| a, |c| c, |b| b, |h| h)
+    }
+
+    /// How many deliveries are in work at once (default 1).
+    ///
+    /// # Panics
+    ///
+    /// `n` is 0.
+    #[track_caller]
+    pub fn workers(mut self, n: usize) -> Self {
+        assert!(n > 0, "workers must be at least 1");
+        self.workers = n;
+        self
+    }
+
+    /// Claims up to `n` rows at once and hands them to a
+    /// [`batch_handler`](Queue::batch_handler) together.
+    ///
+    /// # Panics
+    ///
+    /// `n` is 0.
+    #[track_caller]
+    pub fn batch(self, n: usize) -> Queue<F, A, C, M, Batched, H>
+    where
+        M: NotTransactional,
+        H: NoHandlerYet,
+    {
+        assert!(n > 0, "batch must be at least 1");
+        self.with(|f| f, |a| a, |c| c, |_| Batched(n), |h| h)
+    }
+
+    /// The handler: an `async fn(Delivery<DB, M>) -> Outcome` (or a closure returning an
+    /// `async move` block), called once per delivery. It may return anything that is
+    /// [`IntoOutcome`], such as `Result<(), E>`.
+    pub fn handler<DB, Fun, Fut>(self, f: Fun) -> Queue<F, A, C, M, B, Handler<DB, Fun>>
+    where
+        DB: Backend,
+        M: Mode,
+        B: SingleDeliveries,
+        H: NoHandlerYet,
+        Fun: Fn(Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        let handler = Handler { f, db: PhantomData };
+        self.with(|f| f, |a| a, |c| c, |b| b, |_| handler)
+    }
+
+    /// The batch handler: takes the rows of one claim together and returns one outcome per row,
+    /// in the same order.
+    pub fn batch_handler<DB, Fun, Fut>(self, f: Fun) -> Queue<F, A, C, M, B, BatchHandler<DB, Fun>>
+    where
+        DB: Backend,
+        M: NotTransactional,
+        B: BatchedDeliveries,
+        H: NoHandlerYet,
+        Fun: Fn(Vec<Delivery<DB>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Vec<Outcome>> + Send + 'static,
+    {
+        let handler = BatchHandler { f, db: PhantomData };
+        self.with(|f| f, |a| a, |c| c, |b| b, |_| handler)
+    }
+}
+
+impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H>
+where
+    F: ClaimForm,
+    A: AttemptState,
+    C: CapComplete,
+    M: Mode,
+    B: BatchState,
+{
+    /// Erases the typestate into the plain configuration the runner uses, and the handler.
+    pub(crate) fn into_parts(self) -> (QueueConfig, H) {
+        let (max_attempts, dead_letter) = self.cap.into_cap();
+        let config = QueueConfig {
+            table: self.table,
+            name: self.name,
+            form: self.form.into_form(),
+            attempt: self.attempt.into_column(),
+            max_attempts,
+            dead_letter,
+            transactional: M::TRANSACTIONAL,
+            batch: self.batch.size(),
+            workers: self.workers,
+        };
+        (config, self.handler)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn config_for_tests(self) -> QueueConfig {
+        self.into_parts().0
+    }
+}
+
+impl<F, A, C, M, B, H> std::fmt::Debug for Queue<F, A, C, M, B, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("table", &self.table.name)
+            .field("name", &self.name)
+            .field("workers", &self.workers)
+            .finish_non_exhaustive()
+    }
+}

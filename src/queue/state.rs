@@ -1,0 +1,375 @@
+//! The states of the [`Queue`](crate::Queue) builder and the gates between them.
+//!
+//! Each state is a type carrying its own data; each builder method exists in every state and
+//! is gated by a `where` bound on one of the sealed traits here, whose compile error names the
+//! call that is missing. You never name these types unless you write a queue's full type out.
+
+use std::marker::PhantomData;
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::queue::config::{Form, QueueConfig};
+use crate::runner::Launch;
+use crate::table::DeadLetter;
+
+pub(crate) mod sealed {
+    pub trait Sealed {}
+}
+use sealed::Sealed;
+
+// ---- claim form ------------------------------------------------------------------------------
+
+/// No claim form chosen yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoForm;
+
+/// The row lock form: `FOR UPDATE SKIP LOCKED`, the claim's transaction holds the row.
+#[derive(Debug, Clone, Copy)]
+pub struct RowLock;
+
+/// The lease form: a `locked_until` token committed at once, extended while the handler works.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub(crate) column: String,
+    pub(crate) duration: Duration,
+}
+
+/// The advisory lock form: a session lock on the row's key.
+#[derive(Debug, Clone, Copy)]
+pub struct AdvisoryLock;
+
+impl Sealed for NoForm {}
+impl Sealed for RowLock {}
+impl Sealed for Lease {}
+impl Sealed for AdvisoryLock {}
+
+/// A queue that has no claim form yet.
+#[diagnostic::on_unimplemented(
+    message = "a queue has exactly one claim form",
+    label = "a claim form was already chosen for this queue",
+    note = "keep one of `.row_lock()`, `.lease(\"locked_until\")` or `.advisory_lock()`"
+)]
+pub trait NoFormYet: Sealed {}
+impl NoFormYet for NoForm {}
+
+/// A queue with a claim form.
+#[diagnostic::on_unimplemented(
+    message = "the queue has no claim form",
+    label = "call `.row_lock()`, `.lease(\"locked_until\")` or `.advisory_lock()` before mounting"
+)]
+pub trait ClaimForm: Sealed {
+    #[doc(hidden)]
+    fn into_form(self) -> Form;
+}
+impl ClaimForm for RowLock {
+    fn into_form(self) -> Form {
+        Form::RowLock
+    }
+}
+impl ClaimForm for Lease {
+    fn into_form(self) -> Form {
+        Form::Lease {
+            column: self.column,
+            duration: self.duration,
+        }
+    }
+}
+impl ClaimForm for AdvisoryLock {
+    fn into_form(self) -> Form {
+        Form::Advisory
+    }
+}
+
+/// A claim form the database `DB` has.
+#[diagnostic::on_unimplemented(
+    message = "`{DB}` has no `{Self}` claim form",
+    label = "this queue's claim form does not exist on `{DB}`",
+    note = "SQLite has no row locks: use the lease form, `.lease(\"locked_until\")` \
+            (or `.advisory_lock()` when one process uses the database)"
+)]
+pub trait FormOn<DB>: Sealed {}
+// A missing form is reported by `ClaimForm` alone.
+impl<DB> FormOn<DB> for NoForm {}
+impl<DB> FormOn<DB> for Lease {}
+impl<DB> FormOn<DB> for AdvisoryLock {}
+#[cfg(feature = "postgres")]
+impl FormOn<sqlx::Postgres> for RowLock {}
+#[cfg(feature = "mysql")]
+impl FormOn<sqlx::MySql> for RowLock {}
+
+/// The lease form.
+#[diagnostic::on_unimplemented(
+    message = "`lease_duration` needs the lease form",
+    label = "call `.lease(\"locked_until\")` first"
+)]
+pub trait LeaseForm: Sealed {
+    #[doc(hidden)]
+    fn set_duration(&mut self, duration: Duration);
+}
+impl LeaseForm for Lease {
+    fn set_duration(&mut self, duration: Duration) {
+        self.duration = duration;
+    }
+}
+
+// ---- attempt column --------------------------------------------------------------------------
+
+/// No attempt column: deliveries are not counted.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoAttempt;
+
+/// An attempt column that counts deliveries.
+#[derive(Debug, Clone)]
+pub struct AttemptColumn(pub(crate) String);
+
+impl Sealed for NoAttempt {}
+impl Sealed for AttemptColumn {}
+
+/// A queue without an attempt column yet.
+#[diagnostic::on_unimplemented(
+    message = "the queue already has an attempt column",
+    label = "`.attempt(..)` was already called"
+)]
+pub trait NoAttemptYet: Sealed {}
+impl NoAttemptYet for NoAttempt {}
+
+/// A queue with an attempt column.
+#[diagnostic::on_unimplemented(
+    message = "`max_attempts` needs an attempt column",
+    label = "call `.attempt(\"attempt\")` first"
+)]
+pub trait HasAttemptColumn: Sealed {}
+impl HasAttemptColumn for AttemptColumn {}
+
+/// The attempt column, if any, for the plain configuration.
+pub trait AttemptState: Sealed {
+    #[doc(hidden)]
+    fn into_column(self) -> Option<String>;
+}
+impl AttemptState for NoAttempt {
+    fn into_column(self) -> Option<String> {
+        None
+    }
+}
+impl AttemptState for AttemptColumn {
+    fn into_column(self) -> Option<String> {
+        Some(self.0)
+    }
+}
+
+// ---- attempt cap and dead letter ---------------------------------------------------------------
+
+/// No cap: a row is retried for as long as its handler asks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoCap;
+
+/// A cap without its dead letter yet: not mountable.
+#[derive(Debug, Clone, Copy)]
+pub struct MaxAttempts(pub(crate) u32);
+
+/// A cap and where a row goes when it reaches it.
+#[derive(Debug, Clone)]
+pub struct DeadLettered {
+    pub(crate) max_attempts: u32,
+    pub(crate) to: DeadLetter,
+}
+
+impl Sealed for NoCap {}
+impl Sealed for MaxAttempts {}
+impl Sealed for DeadLettered {}
+
+/// A queue without a cap yet.
+#[diagnostic::on_unimplemented(
+    message = "the queue already has `max_attempts`",
+    label = "`.max_attempts(..)` was already called"
+)]
+pub trait NoCapYet: Sealed {}
+impl NoCapYet for NoCap {}
+
+/// A queue with `max_attempts` and no dead letter yet.
+#[diagnostic::on_unimplemented(
+    message = "`dead_letter` needs `max_attempts`",
+    label = "call `.max_attempts(n)` first: the dead letter is where a row goes at the cap"
+)]
+pub trait HasMaxAttempts: Sealed {
+    #[doc(hidden)]
+    fn max_attempts(&self) -> u32;
+}
+impl HasMaxAttempts for MaxAttempts {
+    fn max_attempts(&self) -> u32 {
+        self.0
+    }
+}
+
+/// A cap that is complete: none, or with its dead letter.
+#[diagnostic::on_unimplemented(
+    message = "a queue with `max_attempts` needs a dead letter",
+    label = "call `.dead_letter(DeadLetter::table(..))` or `.dead_letter(DeadLetter::group(..))` \
+             after `.max_attempts(n)`"
+)]
+pub trait CapComplete: Sealed {
+    #[doc(hidden)]
+    fn into_cap(self) -> (Option<u32>, Option<DeadLetter>);
+}
+impl CapComplete for NoCap {
+    fn into_cap(self) -> (Option<u32>, Option<DeadLetter>) {
+        (None, None)
+    }
+}
+impl CapComplete for DeadLettered {
+    fn into_cap(self) -> (Option<u32>, Option<DeadLetter>) {
+        (Some(self.max_attempts), Some(self.to))
+    }
+}
+
+// ---- mode ------------------------------------------------------------------------------------
+
+/// The default mode: the handler gets the row, not the transaction.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Plain;
+
+/// Transactional mode: the handler writes through its delivery's transaction, which commits
+/// with the acknowledgement or not at all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Transactional;
+
+impl Sealed for Plain {}
+impl Sealed for Transactional {}
+
+/// A delivery mode: [`Plain`] or [`Transactional`].
+pub trait Mode: Sealed + Send + Sync + 'static {
+    #[doc(hidden)]
+    const TRANSACTIONAL: bool;
+}
+impl Mode for Plain {
+    const TRANSACTIONAL: bool = false;
+}
+impl Mode for Transactional {
+    const TRANSACTIONAL: bool = true;
+}
+
+/// A queue whose deliveries carry their transaction.
+#[diagnostic::on_unimplemented(
+    message = "`tx()` needs a transactional queue",
+    label = "this delivery's queue has no transaction to lend",
+    note = "add `.transactional()` to the queue, and take `Delivery<DB, Transactional>` in the handler"
+)]
+pub trait TransactionalMode: Mode {}
+impl TransactionalMode for Transactional {}
+
+/// A queue that is not transactional.
+#[diagnostic::on_unimplemented(
+    message = "a transactional queue serves single deliveries, not batches",
+    label = "this queue is `.transactional()`",
+    note = "remove `.transactional()` or the batch (`.batch(n)`, `.batch_handler(f)`)"
+)]
+pub trait NotTransactional: Mode {}
+impl NotTransactional for Plain {}
+
+// ---- batches ---------------------------------------------------------------------------------
+
+/// One row per delivery (the default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Single;
+
+/// Up to `n` rows per claim, handled together.
+#[derive(Debug, Clone, Copy)]
+pub struct Batched(pub(crate) usize);
+
+impl Sealed for Single {}
+impl Sealed for Batched {}
+
+/// Batch size, if any, for the plain configuration.
+pub trait BatchState: Sealed {
+    #[doc(hidden)]
+    fn size(&self) -> Option<usize>;
+}
+impl BatchState for Single {
+    fn size(&self) -> Option<usize> {
+        None
+    }
+}
+impl BatchState for Batched {
+    fn size(&self) -> Option<usize> {
+        Some(self.0)
+    }
+}
+
+/// A queue that takes no batches.
+#[diagnostic::on_unimplemented(
+    message = "a transactional queue serves single deliveries, not batches",
+    label = "this queue has `.batch(n)`",
+    note = "remove `.transactional()` or `.batch(n)`"
+)]
+pub trait NotBatched: Sealed {}
+impl NotBatched for Single {}
+
+/// A queue that takes one row per delivery.
+#[diagnostic::on_unimplemented(
+    message = "a batched queue takes a batch handler",
+    label = "this queue has `.batch(n)`: use `.batch_handler(f)`"
+)]
+pub trait SingleDeliveries: Sealed {}
+impl SingleDeliveries for Single {}
+
+/// A queue that takes batches.
+#[diagnostic::on_unimplemented(
+    message = "`batch_handler` needs `.batch(n)`",
+    label = "call `.batch(n)` first, or use `.handler(f)` for single deliveries"
+)]
+pub trait BatchedDeliveries: Sealed {}
+impl BatchedDeliveries for Batched {}
+
+// ---- handler ---------------------------------------------------------------------------------
+
+/// No handler yet.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoHandler;
+
+/// A handler of single deliveries from a `DB` database.
+pub struct Handler<DB, H> {
+    pub(crate) f: H,
+    pub(crate) db: PhantomData<fn() -> DB>,
+}
+
+/// A handler of batches from a `DB` database.
+pub struct BatchHandler<DB, H> {
+    #[expect(dead_code, reason = "batch queues are refused at start until batches are built")]
+    pub(crate) f: H,
+    pub(crate) db: PhantomData<fn() -> DB>,
+}
+
+impl<DB, H> std::fmt::Debug for Handler<DB, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Handler")
+    }
+}
+
+impl<DB, H> std::fmt::Debug for BatchHandler<DB, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchHandler")
+    }
+}
+
+impl Sealed for NoHandler {}
+impl<DB, H> Sealed for Handler<DB, H> {}
+impl<DB, H> Sealed for BatchHandler<DB, H> {}
+
+/// A queue whose handler is not set yet.
+#[diagnostic::on_unimplemented(
+    message = "the queue's handler is already set",
+    label = "`.transactional()`, `.batch(n)` and the handler come before `.handler(f)`, once"
+)]
+pub trait NoHandlerYet: Sealed {}
+impl NoHandlerYet for NoHandler {}
+
+/// A queue whose handler takes deliveries from a `DB` database in mode `M`.
+#[diagnostic::on_unimplemented(
+    message = "the queue has no handler for a `{DB}` runner",
+    label = "call `.handler(f)` (or `.batch(n).batch_handler(f)`) with a handler that takes \
+             `Delivery<{DB}, ..>` before mounting"
+)]
+pub trait HasHandler<DB: Backend, M: Mode>: Sealed {
+    #[doc(hidden)]
+    fn into_launch(self, config: QueueConfig) -> Box<dyn Launch<DB>>;
+}

@@ -1,0 +1,162 @@
+//! Where the typestate ends: a mounted queue becomes a plain configuration, a prepared form and
+//! a handler, and its task is spawned monomorphised over the handler's type (no boxed futures).
+
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use sqlx::Pool;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{Counters, QueueReport, claim, wake};
+use crate::backend::Backend;
+use crate::delivery::{Delivery, IntoOutcome, Outcome};
+use crate::form::FormRuntime;
+use crate::queue::config::QueueConfig;
+use crate::queue::state::{BatchHandler, Handler, HasHandler, Mode, Plain};
+
+/// A mounted queue, ready to be checked and spawned. Sealed: only this crate implements it.
+pub trait Launch<DB: Backend>: Send + 'static {
+    #[doc(hidden)]
+    fn config(&self) -> &QueueConfig;
+
+    #[doc(hidden)]
+    fn spawn(self: Box<Self>, runtime: QueueRuntime<DB>) -> JoinHandle<QueueReport>;
+}
+
+/// Everything a running queue's tasks share.
+#[derive(Debug)]
+pub struct QueueRuntime<DB: Backend> {
+    pub(crate) pool: Pool<DB>,
+    pub(crate) label: Arc<str>,
+    pub(crate) group: Option<Arc<str>>,
+    pub(crate) workers: usize,
+    pub(crate) form: FormRuntime,
+    pub(crate) wake: Arc<Notify>,
+    pub(crate) poll_interval: Duration,
+    pub(crate) stop: CancellationToken,
+    pub(crate) abort: CancellationToken,
+    pub(crate) stats: Arc<Counters>,
+    /// Deliveries of this queue cancelled at the shutdown timeout.
+    pub(crate) cancelled: AtomicU64,
+    /// Of those, the ones whose row was released (the lease was still theirs).
+    pub(crate) cancelled_released: AtomicU64,
+}
+
+impl<DB: Backend> QueueRuntime<DB> {
+    pub(crate) fn new(
+        pool: Pool<DB>,
+        config: &QueueConfig,
+        form: FormRuntime,
+        poll_interval: Duration,
+        stop: CancellationToken,
+        abort: CancellationToken,
+        stats: Arc<Counters>,
+    ) -> Self {
+        QueueRuntime {
+            pool,
+            label: config.label().into(),
+            group: config.name.as_deref().map(Into::into),
+            workers: config.workers,
+            form,
+            wake: wake::register(&config.table.name, config.name.as_deref()),
+            poll_interval,
+            stop,
+            abort,
+            stats,
+            cancelled: AtomicU64::new(0),
+            cancelled_released: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Calls a handler of single deliveries.
+pub(crate) trait CallHandler<DB: Backend, M: Mode>: Send + Sync + 'static {
+    fn call(&self, delivery: Delivery<DB, M>) -> impl Future<Output = Outcome> + Send + 'static;
+}
+
+impl<DB, M, F, Fut> CallHandler<DB, M> for Handler<DB, F>
+where
+    DB: Backend,
+    M: Mode,
+    F: Fn(Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    fn call(&self, delivery: Delivery<DB, M>) -> impl Future<Output = Outcome> + Send + 'static {
+        let future = (self.f)(delivery);
+        async move { future.await.into_outcome() }
+    }
+}
+
+struct Mounted<DB, M, H> {
+    config: QueueConfig,
+    handler: H,
+    types: PhantomData<fn() -> (DB, M)>,
+}
+
+impl<DB, M, H> Launch<DB> for Mounted<DB, M, H>
+where
+    DB: Backend,
+    M: Mode,
+    H: CallHandler<DB, M>,
+{
+    fn config(&self) -> &QueueConfig {
+        &self.config
+    }
+
+    fn spawn(self: Box<Self>, runtime: QueueRuntime<DB>) -> JoinHandle<QueueReport> {
+        tokio::spawn(claim::run::<DB, M, H>(
+            Arc::new(runtime),
+            Arc::new(self.handler),
+        ))
+    }
+}
+
+impl<DB, M, F, Fut> HasHandler<DB, M> for Handler<DB, F>
+where
+    DB: Backend,
+    M: Mode,
+    F: Fn(Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    fn into_launch(self, config: QueueConfig) -> Box<dyn Launch<DB>> {
+        Box::new(Mounted {
+            config,
+            handler: self,
+            types: PhantomData::<fn() -> (DB, M)>,
+        })
+    }
+}
+
+/// A batch queue: declared and type-checked, refused at start until batches are built.
+struct Refused {
+    config: QueueConfig,
+}
+
+impl<DB: Backend> Launch<DB> for Refused {
+    fn config(&self) -> &QueueConfig {
+        &self.config
+    }
+
+    fn spawn(self: Box<Self>, _runtime: QueueRuntime<DB>) -> JoinHandle<QueueReport> {
+        // `start` refuses the queue before anything is spawned.
+        tokio::spawn(async { QueueReport::default() })
+    }
+}
+
+impl<DB, F, Fut> HasHandler<DB, Plain> for BatchHandler<DB, F>
+where
+    DB: Backend,
+    F: Fn(Vec<Delivery<DB>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Vec<Outcome>> + Send + 'static,
+{
+    fn into_launch(self, config: QueueConfig) -> Box<dyn Launch<DB>> {
+        Box::new(Refused { config })
+    }
+}

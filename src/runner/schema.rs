@@ -1,0 +1,300 @@
+//! What `Runner::start` checks before anything is claimed: the server, the declaration, the
+//! table's columns and their types, and every statement, prepared once.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use sqlx::{Pool, SqlStr};
+
+use crate::backend::{Backend, query_values};
+use crate::dialect::{self, Dialect, Names, Value};
+use crate::error::{Error, Result, SchemaError};
+use crate::form::lease::LeaseForm;
+use crate::form::{Clock, FormRuntime};
+use crate::queue::config::{Form, QueueConfig};
+use crate::table::table_parts;
+
+/// Reads the server's version (refusing servers without `SKIP LOCKED`) and measures its clock.
+pub(super) async fn server_clock<DB: Backend>(pool: &Pool<DB>) -> Result<Clock> {
+    let mut conn = pool.acquire().await?;
+    let sent = Utc::now();
+    let (version, server_now) = DB::server(&mut conn).await?;
+    let received = Utc::now();
+    if DB::DIALECT == Dialect::MySql {
+        check_mysql_version(&version)?;
+    }
+    Ok(server_now.map_or_else(Clock::default, |now| {
+        Clock::measured(sent, received, now)
+    }))
+}
+
+/// MySQL 8.0.1 and MariaDB 10.6 are the first with `SKIP LOCKED`.
+fn check_mysql_version(version: &str) -> Result<()> {
+    let mariadb = version.to_ascii_lowercase().contains("mariadb");
+    let found: Vec<u32> = version
+        .split(['.', '-'])
+        .take(3)
+        .map_while(|part| part.parse().ok())
+        .collect();
+    let (server, needed): (&str, &[u32]) = if mariadb {
+        ("MariaDB", &[10, 6, 0])
+    } else {
+        ("MySQL", &[8, 0, 1])
+    };
+    if found.len() == 3 && found.as_slice() < needed {
+        return Err(Error::ServerTooOld {
+            server: server.to_owned(),
+            found: version.to_owned(),
+            needed: needed
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join("."),
+        });
+    }
+    Ok(())
+}
+
+/// Checks one queue against the database and renders its statements.
+pub(super) async fn prepare<DB: Backend>(
+    pool: &Pool<DB>,
+    config: &QueueConfig,
+    clock: Clock,
+) -> Result<FormRuntime> {
+    refuse_unbuilt(config)?;
+    let names = Names::of_queue(DB::DIALECT, config)?;
+    let mut conn = pool.acquire().await?;
+    check_columns::<DB>(&mut conn, config, &names).await?;
+
+    let Form::Lease { duration, .. } = &config.form else {
+        unreachable!("refused above");
+    };
+    let sql = dialect::lease(&names, config.workers);
+    for stmt in sql.statements() {
+        DB::prepare(&mut conn, stmt)
+            .await
+            .map_err(|source| {
+                Error::Schema(Box::new(SchemaError {
+                    queue: config.label().to_owned(),
+                    table: config.table.name.clone(),
+                    column: None,
+                    statement: Some(stmt.text().to_owned()),
+                    reason: "the database refused to prepare a statement".to_owned(),
+                    source: Some(source),
+                }))
+            })?;
+    }
+    Ok(FormRuntime::Lease(LeaseForm {
+        sql,
+        duration: *duration,
+        group: config.name.as_deref().map(Into::into),
+        with_attempt: config.attempt.is_some(),
+        clock,
+        queue: config.label().into(),
+        table: Arc::from(config.table.name.as_str()),
+    }))
+}
+
+/// Declarations that type-check but that this version cannot run yet, or that contradict the
+/// table.
+fn refuse_unbuilt(config: &QueueConfig) -> Result<()> {
+    let queue = config.label();
+    let unbuilt = |what: &str| {
+        Err(Error::declaration(
+            queue,
+            format!(
+                "{what} is declared but not built in this version of sqlx-queue yet; \
+                 the lease form without it is"
+            ),
+        ))
+    };
+    if !matches!(config.form, Form::Lease { .. }) {
+        return unbuilt(&format!("the {} form", config.form.label()));
+    }
+    if config.transactional {
+        return unbuilt("transactional mode");
+    }
+    if config.batch.is_some() {
+        return unbuilt("a batch handler");
+    }
+    if let (Some(max), Some(to)) = (config.max_attempts, &config.dead_letter) {
+        return unbuilt(&format!("`max_attempts({max})` with the dead letter {to:?}"));
+    }
+    match (&config.table.group, &config.name) {
+        (Some(column), None) => Err(Error::declaration(
+            queue,
+            format!(
+                "table `{}` has the group column `{column}`: name the group this queue serves \
+                 with `.named(..)`",
+                config.table.name
+            ),
+        )),
+        (None, Some(name)) => Err(Error::declaration(
+            queue,
+            format!(
+                "`.named({name:?})` selects a group, but table `{}` has no group column: \
+                 declare it with `Table::group(..)`",
+                config.table.name
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// What a column's type must be.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Integer,
+    Bytes,
+    Text,
+    Time,
+}
+
+impl Kind {
+    fn accepts(self, dialect: Dialect, ty: &str) -> bool {
+        let ty = ty.to_ascii_lowercase();
+        let ty = ty.as_str();
+        match (self, dialect) {
+            (Kind::Integer, Dialect::Postgres) => matches!(ty, "smallint" | "integer" | "bigint"),
+            (Kind::Integer, Dialect::MySql) => {
+                ["tinyint", "smallint", "mediumint", "int", "bigint"]
+                    .iter()
+                    .any(|t| ty.split(['(', ' ']).next() == Some(t))
+            }
+            (Kind::Integer, Dialect::Sqlite) => ty.contains("int"),
+            (Kind::Bytes, Dialect::Postgres) => ty == "bytea",
+            (Kind::Bytes, Dialect::MySql) => {
+                ty.contains("blob") || ty.starts_with("binary") || ty.starts_with("varbinary")
+            }
+            (Kind::Bytes, Dialect::Sqlite) => ty.is_empty() || ty.contains("blob"),
+            (Kind::Text, Dialect::Postgres) => {
+                ty == "text" || ty.starts_with("character") || ty.starts_with("varchar")
+            }
+            (Kind::Text, Dialect::MySql) => ty.contains("char") || ty.contains("text"),
+            (Kind::Text, Dialect::Sqlite) => {
+                ty.is_empty() || ["char", "clob", "text"].iter().any(|t| ty.contains(t))
+            }
+            // Lease tokens are compared to the microsecond: a coarser column would round them.
+            (Kind::Time, Dialect::Postgres) => {
+                matches!(ty, "timestamp with time zone" | "timestamp(6) with time zone")
+            }
+            (Kind::Time, Dialect::MySql) => matches!(ty, "datetime(6)" | "timestamp(6)"),
+            (Kind::Time, Dialect::Sqlite) => {
+                ty.is_empty() || ["text", "char", "date", "time"].iter().any(|t| ty.contains(t))
+            }
+        }
+    }
+
+    fn expected(self, dialect: Dialect) -> &'static str {
+        match (self, dialect) {
+            (Kind::Integer, _) => "an integer type",
+            (Kind::Bytes, Dialect::Postgres) => "BYTEA",
+            (Kind::Bytes, Dialect::MySql) => "a BLOB or VARBINARY type",
+            (Kind::Bytes, Dialect::Sqlite) => "BLOB",
+            (Kind::Text, _) => "a text type",
+            (Kind::Time, Dialect::Postgres) => "TIMESTAMPTZ (microseconds)",
+            (Kind::Time, Dialect::MySql) => "DATETIME(6) or TIMESTAMP(6)",
+            (Kind::Time, Dialect::Sqlite) => "TEXT (RFC 3339, as sqlx writes chrono times)",
+        }
+    }
+}
+
+/// Reads the table's columns from the catalog and checks each role's column and type.
+async fn check_columns<DB: Backend>(
+    conn: &mut DB::Connection,
+    config: &QueueConfig,
+    names: &Names,
+) -> Result<()> {
+    let table = &config.table;
+    let (schema, bare) = table_parts(&table.name)?;
+    let values = match DB::DIALECT {
+        Dialect::Postgres => vec![Value::Text(Some(&names.table))],
+        Dialect::MySql => vec![Value::Text(schema), Value::Text(Some(bare))],
+        Dialect::Sqlite => vec![Value::Text(Some(bare)), Value::Text(schema)],
+    };
+    let sql = SqlStr::from_static(dialect::catalog(DB::DIALECT));
+    let columns = DB::fetch_pairs(conn, query_values::<DB>(sql, &values)).await?;
+    let schema_error =
+        |column: Option<&str>, reason: String| Error::schema(config.label(), &table.name, column, reason);
+    if columns.is_empty() {
+        return Err(schema_error(None, "the table does not exist".to_owned()));
+    }
+
+    let mut roles = vec![
+        ("id", table.id.as_str(), Kind::Integer),
+        ("payload", table.payload.as_str(), Kind::Bytes),
+    ];
+    let optional = [
+        ("group", table.group.as_deref(), Kind::Text),
+        ("retry_after", table.retry_after.as_deref(), Kind::Time),
+        ("processed_at", table.processed_at.as_deref(), Kind::Time),
+        ("attempt", config.attempt.as_deref(), Kind::Integer),
+    ];
+    roles.extend(
+        optional
+            .into_iter()
+            .filter_map(|(role, column, kind)| Some((role, column?, kind))),
+    );
+    if let Form::Lease { column, .. } = &config.form {
+        roles.push(("lease", column, Kind::Time));
+    }
+
+    // PostgreSQL's quoted names are case-sensitive; MySQL's and SQLite's columns are not.
+    let same = |a: &str, b: &str| match DB::DIALECT {
+        Dialect::Postgres => a == b,
+        Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
+    };
+    for (role, column, kind) in roles {
+        let Some((_, ty)) = columns.iter().find(|(name, _)| same(name, column)) else {
+            return Err(schema_error(
+                Some(column),
+                format!("the {role} column does not exist"),
+            ));
+        };
+        if !kind.accepts(DB::DIALECT, ty) {
+            return Err(schema_error(
+                Some(column),
+                format!(
+                    "the {role} column has type `{ty}`; on {} it needs {}",
+                    DB::DIALECT.product(),
+                    kind.expected(DB::DIALECT)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_without_skip_locked_are_refused() {
+        check_mysql_version("10.11.19-MariaDB-0+deb12u1").unwrap();
+        check_mysql_version("10.6.0-MariaDB").unwrap();
+        check_mysql_version("8.0.36").unwrap();
+        check_mysql_version("8.4.0-commercial").unwrap();
+        let err = check_mysql_version("10.5.23-MariaDB").unwrap_err();
+        assert!(matches!(&err, Error::ServerTooOld { needed, .. } if needed == "10.6.0"));
+        assert!(err.to_string().contains("10.5.23-MariaDB"), "{err}");
+        let err = check_mysql_version("5.7.44-log").unwrap_err();
+        assert!(matches!(err, Error::ServerTooOld { needed, .. } if needed == "8.0.1"));
+    }
+
+    #[test]
+    fn column_types_per_dialect() {
+        assert!(Kind::Time.accepts(Dialect::Postgres, "timestamp with time zone"));
+        assert!(!Kind::Time.accepts(Dialect::Postgres, "timestamp(3) with time zone"));
+        assert!(!Kind::Time.accepts(Dialect::Postgres, "timestamp without time zone"));
+        assert!(Kind::Time.accepts(Dialect::MySql, "datetime(6)"));
+        assert!(!Kind::Time.accepts(Dialect::MySql, "datetime"));
+        assert!(Kind::Integer.accepts(Dialect::MySql, "bigint(20)"));
+        assert!(Kind::Integer.accepts(Dialect::MySql, "int(11) unsigned"));
+        assert!(!Kind::Integer.accepts(Dialect::MySql, "point"));
+        assert!(Kind::Bytes.accepts(Dialect::MySql, "longblob"));
+        assert!(!Kind::Bytes.accepts(Dialect::Postgres, "text"));
+        assert!(Kind::Bytes.accepts(Dialect::Sqlite, "BLOB"));
+        assert!(!Kind::Bytes.accepts(Dialect::Sqlite, "INTEGER"));
+    }
+}

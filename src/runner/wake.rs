@@ -1,0 +1,60 @@
+//! In-process wake-ups: an enqueue through this crate wakes the queues of its table and group
+//! in the same process at once, instead of waiting for their next poll.
+
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::Notify;
+
+struct Entry {
+    table: Box<str>,
+    group: Option<Box<str>>,
+    notify: Weak<Notify>,
+}
+
+static QUEUES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+/// Registers a running queue; it is woken for as long as the returned `Notify` lives.
+pub(crate) fn register(table: &str, group: Option<&str>) -> Arc<Notify> {
+    let notify = Arc::new(Notify::new());
+    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    queues.retain(|entry| entry.notify.strong_count() > 0);
+    queues.push(Entry {
+        table: table.into(),
+        group: group.map(Into::into),
+        notify: Arc::downgrade(&notify),
+    });
+    notify
+}
+
+/// Wakes every queue of `table` serving `group` (every queue of the table when `group` is
+/// `None`). A queue that is busy keeps the wake-up for its next wait.
+pub(crate) fn wake(table: &str, group: Option<&str>) {
+    let queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    for entry in queues.iter() {
+        let same_group = group.is_none() || entry.group.as_deref() == group;
+        if &*entry.table == table
+            && same_group
+            && let Some(notify) = entry.notify.upgrade()
+        {
+            notify.notify_one();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_wake_reaches_its_table_and_group_only() {
+        let mail = register("wake_test_jobs", Some("mail"));
+        let sms = register("wake_test_jobs", Some("sms"));
+        wake("wake_test_jobs", Some("mail"));
+        tokio::time::timeout(Duration::from_secs(1), mail.notified())
+            .await
+            .expect("the mail queue is woken");
+        let woken = tokio::time::timeout(Duration::from_millis(20), sms.notified()).await;
+        assert!(woken.is_err(), "the sms queue is not woken");
+    }
+}

@@ -1,0 +1,215 @@
+//! The queue table: its name and the roles of its columns.
+
+use crate::error::{Error, Result};
+
+/// A queue table: its name and which column plays which role.
+///
+/// Only names are held here; nothing connects. Every name is validated and quoted in the
+/// database's own way when a statement is rendered (at [`Runner::start`](crate::Runner::start) or
+/// at the first enqueue), so a bad name is an [`Error::Identifier`], never SQL.
+///
+/// A table name may be schema-qualified (`"jobs.signups"`: schema `jobs`, table `signups`; on
+/// MySQL/MariaDB the first part is the database).
+///
+/// # Examples
+///
+/// ```
+/// use sqlx_queue::Table;
+///
+/// let jobs = Table::new("signup_jobs")
+///     .group("queue")
+///     .retry_after("retry_after")
+///     .processed_at("processed_at");
+/// assert_eq!(jobs.name(), "signup_jobs");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use = "a table description does nothing until a queue is mounted on it or a job enqueued"]
+pub struct Table {
+    pub(crate) name: String,
+    pub(crate) id: String,
+    pub(crate) payload: String,
+    pub(crate) group: Option<String>,
+    pub(crate) retry_after: Option<String>,
+    pub(crate) processed_at: Option<String>,
+}
+
+impl Table {
+    /// Describes the table `name`, with the id column `id` and the payload column `payload`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Table {
+            name: name.into(),
+            id: "id".to_owned(),
+            payload: "payload".to_owned(),
+            group: None,
+            retry_after: None,
+            processed_at: None,
+        }
+    }
+
+    /// The id column (default `id`): an integer primary key, read as `i64`.
+    pub fn id(mut self, column: impl Into<String>) -> Self {
+        self.id = column.into();
+        self
+    }
+
+    /// The payload column (default `payload`): bytes (`BYTEA`, `BLOB`/`LONGBLOB`, `BLOB`).
+    pub fn payload(mut self, column: impl Into<String>) -> Self {
+        self.payload = column.into();
+        self
+    }
+
+    /// A group column: several queues share the table, each serving the rows whose group is its
+    /// [`named`](crate::Queue::named) value.
+    pub fn group(mut self, column: impl Into<String>) -> Self {
+        self.group = Some(column.into());
+        self
+    }
+
+    /// A `retry_after` column: a row is not claimable before this time. Needed for
+    /// [`Outcome::retry_after`](crate::Outcome::retry_after) and delayed jobs.
+    pub fn retry_after(mut self, column: impl Into<String>) -> Self {
+        self.retry_after = Some(column.into());
+        self
+    }
+
+    /// A `processed_at` column: ack and drop mark the row with the time instead of deleting it.
+    pub fn processed_at(mut self, column: impl Into<String>) -> Self {
+        self.processed_at = Some(column.into());
+        self
+    }
+
+    /// The table's name as given.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// Where a row goes when it reaches its queue's `max_attempts`.
+///
+/// # Examples
+///
+/// ```
+/// use sqlx_queue::DeadLetter;
+///
+/// let to_group = DeadLetter::group("signups_dead"); // the table needs a group column
+/// let to_table = DeadLetter::table("signup_jobs_dead"); // same columns as the queue table
+/// # let _ = (to_group, to_table);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetter {
+    /// Another group of the same table: the move is one `UPDATE` of the row's group.
+    Group(String),
+    /// Another table with the same columns: the row is moved there.
+    Table(String),
+}
+
+impl DeadLetter {
+    /// Dead-letters into the group `name` of the queue's own table.
+    pub fn group(name: impl Into<String>) -> Self {
+        DeadLetter::Group(name.into())
+    }
+
+    /// Dead-letters into the table `name`, which has the queue table's columns.
+    pub fn table(name: impl Into<String>) -> Self {
+        DeadLetter::Table(name.into())
+    }
+}
+
+/// Longest identifier accepted on any database (PostgreSQL's own limit is checked when rendering).
+const MAX_IDENT_BYTES: usize = 255;
+
+/// Checks that `name` can be an SQL identifier once quoted: letters, digits, `_`, `$`, `-` and
+/// inner spaces. Quotes, backslashes, semicolons, control characters and the like are refused
+/// outright rather than escaped, so a hostile name never reaches a statement.
+pub(crate) fn validate_ident(name: &str) -> Result<()> {
+    let refuse = |reason| {
+        Err(Error::Identifier {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    if name.is_empty() {
+        return refuse("an identifier cannot be empty");
+    }
+    if name.len() > MAX_IDENT_BYTES {
+        return refuse("an identifier is at most 255 bytes long");
+    }
+    if name.starts_with(' ') || name.ends_with(' ') {
+        return refuse("an identifier cannot start or end with a space");
+    }
+    let allowed = |c: char| c.is_alphanumeric() || matches!(c, '_' | '$' | '-' | ' ');
+    if !name.chars().all(allowed) {
+        return refuse(
+            "only letters, digits, `_`, `$`, `-` and inner spaces are allowed \
+             (no quotes, dots, semicolons or control characters)",
+        );
+    }
+    if name.contains("--") {
+        return refuse("an identifier cannot contain a comment marker `--`");
+    }
+    Ok(())
+}
+
+/// Splits a possibly schema-qualified table name into its validated parts.
+pub(crate) fn table_parts(name: &str) -> Result<(Option<&str>, &str)> {
+    match name.split_once('.') {
+        None => {
+            validate_ident(name)?;
+            Ok((None, name))
+        }
+        Some((schema, table)) => {
+            if table.contains('.') {
+                return Err(Error::Identifier {
+                    name: name.to_owned(),
+                    reason: "a table name has at most two parts: `schema.table`",
+                });
+            }
+            validate_ident(schema)?;
+            validate_ident(table)?;
+            Ok((Some(schema), table))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_names_pass() {
+        for name in ["jobs", "signup_jobs", "Jobs2", "jöbs", "my jobs", "a$b", "a-b"] {
+            validate_ident(name).unwrap();
+        }
+    }
+
+    #[test]
+    fn hostile_names_are_refused() {
+        for name in [
+            "",
+            "jobs\"; DROP TABLE canary; --",
+            "jobs`; DROP TABLE canary; --",
+            "jobs; DROP TABLE canary",
+            "jobs -- comment",
+            "jobs/*x*/",
+            "a'b",
+            "a\\b",
+            "a\0b",
+            "a\nb",
+            " jobs",
+            "jobs ",
+            &"x".repeat(256),
+        ] {
+            let err = validate_ident(name).unwrap_err();
+            assert!(matches!(err, Error::Identifier { .. }), "{name:?} passed");
+        }
+    }
+
+    #[test]
+    fn qualified_names_split() {
+        assert_eq!(table_parts("jobs").unwrap(), (None, "jobs"));
+        assert_eq!(table_parts("app.jobs").unwrap(), (Some("app"), "jobs"));
+        assert!(table_parts("a.b.c").is_err());
+        assert!(table_parts(".jobs").is_err());
+        assert!(table_parts("app.").is_err());
+    }
+}
