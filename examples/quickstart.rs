@@ -1,0 +1,84 @@
+//! A queue on SQLite, with no server: enqueue three emails, run the queue (one email fails on its
+//! first attempt and is retried after a short delay), print what happened, exit.
+//!
+//! Run it with `cargo run --example quickstart`.
+
+use std::time::Duration;
+
+use sqlx::Sqlite;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+
+/// The queue table, with the index its claim uses.
+const SCHEMA: &str = "
+    CREATE TABLE email_jobs (
+        id           INTEGER PRIMARY KEY,
+        payload      BLOB NOT NULL,
+        attempt      INTEGER NOT NULL DEFAULT 1,
+        locked_until TEXT,
+        retry_after  TEXT
+    );
+    CREATE INDEX email_jobs_claim ON email_jobs (locked_until, id);
+";
+
+/// Sends one email; the mail server "times out" on bob's first attempt.
+async fn send(email: Delivery<Sqlite>) -> Outcome {
+    let to = String::from_utf8_lossy(email.payload()).into_owned();
+    if to.starts_with("bob") && email.attempt() == 1 {
+        println!("row {}: sending to {to} timed out on attempt 1, retrying in 200 ms", email.id());
+        return Outcome::retry_after(Duration::from_millis(200));
+    }
+    println!("row {}: sent to {to} on attempt {}", email.id(), email.attempt());
+    Outcome::ack()
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let file = std::env::temp_dir().join(format!("sqlx-queue-quickstart-{}.db", std::process::id()));
+    let options = SqliteConnectOptions::new()
+        .filename(&file)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal);
+    let pool = SqlitePoolOptions::new().connect_with(options).await?;
+    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+
+    let jobs = Table::new("email_jobs").retry_after("retry_after");
+    for to in ["alice@example.com", "bob@example.com", "carol@example.com"] {
+        jobs.enqueue(&pool, Job::new(to)).await?;
+    }
+    println!("enqueued 3 emails");
+
+    let emails = Queue::table(jobs)
+        .lease("locked_until")
+        .attempt("attempt")
+        .workers(2)
+        .handler(send);
+    let running = Runner::new(pool.clone()).mount(emails).start().await?;
+
+    // Wait (at most 10 s) until every row is settled.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM email_jobs")
+            .fetch_one(&pool)
+            .await?;
+        if left == 0 {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("{left} rows still queued after 10 s").into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let stats = running.stats();
+    running.shutdown().await?;
+    println!(
+        "done: {} acked, {} retried, queue empty",
+        stats.acked, stats.retried
+    );
+    pool.close().await;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
+    }
+    Ok(())
+}
