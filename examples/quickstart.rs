@@ -25,16 +25,24 @@ const SCHEMA: &str = "
 async fn send(email: Delivery<Sqlite>) -> Outcome {
     let to = String::from_utf8_lossy(email.payload()).into_owned();
     if to.starts_with("bob") && email.attempt() == 1 {
-        println!("row {}: sending to {to} timed out on attempt 1, retrying in 200 ms", email.id());
+        println!(
+            "row {}: sending to {to} timed out on attempt 1, retrying in 200 ms",
+            email.id()
+        );
         return Outcome::retry_after(Duration::from_millis(200));
     }
-    println!("row {}: sent to {to} on attempt {}", email.id(), email.attempt());
+    println!(
+        "row {}: sent to {to} on attempt {}",
+        email.id(),
+        email.attempt()
+    );
     Outcome::ack()
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let file = std::env::temp_dir().join(format!("sqlx-queue-quickstart-{}.db", std::process::id()));
+    let file =
+        std::env::temp_dir().join(format!("sqlx-queue-quickstart-{}.db", std::process::id()));
     let options = SqliteConnectOptions::new()
         .filename(&file)
         .create_if_missing(true)

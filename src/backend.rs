@@ -124,7 +124,11 @@ macro_rules! driver_common {
                     Ok(ClaimedRow {
                         id: row.try_get(0)?,
                         payload: row.try_get(1)?,
-                        attempt: if with_attempt { Some(row.try_get(2)?) } else { None },
+                        attempt: if with_attempt {
+                            Some(row.try_get(2)?)
+                        } else {
+                            None
+                        },
                     })
                 })
                 .collect()

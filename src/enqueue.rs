@@ -117,7 +117,10 @@ impl Table {
         A: Acquire<'c>,
         A::Database: Backend,
     {
-        let names = Names::of_table(<A::Database as crate::backend::private::Driver>::DIALECT, self)?;
+        let names = Names::of_table(
+            <A::Database as crate::backend::private::Driver>::DIALECT,
+            self,
+        )?;
         self.check(&job)?;
         let sql = dialect::enqueue(&names);
         let args = Args {
@@ -127,7 +130,8 @@ impl Table {
             ..Args::default()
         };
         let mut conn = conn.acquire().await?;
-        let id = A::Database::insert_id(&mut *conn, query(&sql.insert, &args), sql.returning).await?;
+        let id =
+            A::Database::insert_id(&mut *conn, query(&sql.insert, &args), sql.returning).await?;
         wake::wake(&self.name, job.group.as_deref());
         Ok(id)
     }
@@ -144,14 +148,18 @@ impl Table {
         A: Acquire<'c>,
         A::Database: Backend,
     {
-        let names = Names::of_table(<A::Database as crate::backend::private::Driver>::DIALECT, self)?;
+        let names = Names::of_table(
+            <A::Database as crate::backend::private::Driver>::DIALECT,
+            self,
+        )?;
         for job in jobs {
             self.check(job)?;
         }
         if jobs.is_empty() {
             return Ok(0);
         }
-        let per_row = 1 + usize::from(names.group.is_some()) + usize::from(names.retry_after.is_some());
+        let per_row =
+            1 + usize::from(names.group.is_some()) + usize::from(names.retry_after.is_some());
         let clock = Clock::default();
         let mut conn = conn.acquire().await?;
         let mut inserted = 0;

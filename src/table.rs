@@ -177,7 +177,15 @@ mod tests {
 
     #[test]
     fn plain_names_pass() {
-        for name in ["jobs", "signup_jobs", "Jobs2", "jöbs", "my jobs", "a$b", "a-b"] {
+        for name in [
+            "jobs",
+            "signup_jobs",
+            "Jobs2",
+            "jöbs",
+            "my jobs",
+            "a$b",
+            "a-b",
+        ] {
             validate_ident(name).unwrap();
         }
     }

@@ -72,10 +72,20 @@ pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
 
 /// `SET lease = ?, attempt = attempt + 1` of a lease claim.
 pub(super) fn lease_set(w: &mut SqlWriter, n: &Names) {
-    let lease = n.lease.as_deref().expect("lease statements need a lease column");
-    w.push(" SET ").push(lease).push(" = ").param(Slot::NewToken);
+    let lease = n
+        .lease
+        .as_deref()
+        .expect("lease statements need a lease column");
+    w.push(" SET ")
+        .push(lease)
+        .push(" = ")
+        .param(Slot::NewToken);
     if let Some(attempt) = &n.attempt {
-        w.push(", ").push(attempt).push(" = ").push(attempt).push(" + 1");
+        w.push(", ")
+            .push(attempt)
+            .push(" = ")
+            .push(attempt)
+            .push(" + 1");
     }
 }
 
@@ -91,7 +101,10 @@ fn guarded(w: &mut SqlWriter, n: &Names, lease: &str) {
 }
 
 pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
-    let lease = n.lease.as_deref().expect("lease statements need a lease column");
+    let lease = n
+        .lease
+        .as_deref()
+        .expect("lease statements need a lease column");
     let update = |w: &mut SqlWriter| {
         w.push("UPDATE ").push(&n.table).push(" SET ");
     };
@@ -190,7 +203,8 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
     }
     w.push(") VALUES ");
     for row in 0..rows {
-        w.push(if row == 0 { "(" } else { ", (" }).param(Slot::Payload);
+        w.push(if row == 0 { "(" } else { ", (" })
+            .param(Slot::Payload);
         if n.group.is_some() {
             w.push(", ").param(Slot::Group);
         }
@@ -264,7 +278,10 @@ mod tests {
         );
         let n = Names::of_table(Dialect::MySql, &Table::new("jobs")).unwrap();
         let sql = super::super::enqueue(&n);
-        assert_eq!(sql.insert.text(), "INSERT INTO `jobs` (`payload`) VALUES (?)");
+        assert_eq!(
+            sql.insert.text(),
+            "INSERT INTO `jobs` (`payload`) VALUES (?)"
+        );
         assert!(!sql.returning);
     }
 

@@ -232,7 +232,11 @@ impl Names {
         if let Form::Lease { column, .. } = &config.form {
             names.lease = Some(dialect.quote(column)?);
         }
-        names.attempt = config.attempt.as_deref().map(|a| dialect.quote(a)).transpose()?;
+        names.attempt = config
+            .attempt
+            .as_deref()
+            .map(|a| dialect.quote(a))
+            .transpose()?;
         Ok(names)
     }
 
@@ -306,7 +310,10 @@ mod tests {
             Dialect::Postgres.quote_table("app.jobs").unwrap(),
             "\"app\".\"jobs\""
         );
-        assert_eq!(Dialect::MySql.quote_table("app.jobs").unwrap(), "`app`.`jobs`");
+        assert_eq!(
+            Dialect::MySql.quote_table("app.jobs").unwrap(),
+            "`app`.`jobs`"
+        );
     }
 
     #[test]
@@ -324,10 +331,16 @@ mod tests {
     #[test]
     fn placeholders_are_numbered_on_postgres_only() {
         let mut w = SqlWriter::new(Dialect::Postgres);
-        w.push("a = ").param(Slot::Id).push(" AND b = ").param(Slot::Token);
+        w.push("a = ")
+            .param(Slot::Id)
+            .push(" AND b = ")
+            .param(Slot::Token);
         assert_eq!(w.finish().text(), "a = $1 AND b = $2");
         let mut w = SqlWriter::new(Dialect::MySql);
-        w.push("a = ").param(Slot::Id).push(" AND b = ").param(Slot::Token);
+        w.push("a = ")
+            .param(Slot::Id)
+            .push(" AND b = ")
+            .param(Slot::Token);
         let stmt = w.finish();
         assert_eq!(stmt.text(), "a = ? AND b = ?");
         assert_eq!(&*stmt.slots, &[Slot::Id, Slot::Token]);

@@ -60,8 +60,11 @@ impl LeaseForm {
                 if !rows.is_empty() {
                     let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
                     let args = Args { ids: &ids, ..args };
-                    DB::execute(&mut *tx, query(Claim::update_for(updates, ids.len()), &args))
-                        .await?;
+                    DB::execute(
+                        &mut *tx,
+                        query(Claim::update_for(updates, ids.len()), &args),
+                    )
+                    .await?;
                 }
                 tx.commit().await?;
                 rows

@@ -64,9 +64,9 @@ where
             }
             () = q.stop.cancelled() => break,
         };
-        if let Ok(more) = Arc::clone(&workers).try_acquire_many_owned(
-            u32::try_from(workers.available_permits()).unwrap_or(u32::MAX),
-        ) {
+        if let Ok(more) = Arc::clone(&workers)
+            .try_acquire_many_owned(u32::try_from(workers.available_permits()).unwrap_or(u32::MAX))
+        {
             permits.merge(more);
         }
         let want = permits.num_permits();

@@ -50,7 +50,7 @@ async fn run<DB, M, H>(
     handler: &H,
     row: ClaimedRow,
     attempt: u32,
-    token: DateTime<Utc>,
+    mut token: DateTime<Utc>,
 ) where
     DB: Backend,
     M: Mode,
@@ -58,12 +58,6 @@ async fn run<DB, M, H>(
 {
     let FormRuntime::Lease(lease) = &q.form;
     let id = row.id;
-    let mut unsettled = Unsettled {
-        q: Arc::clone(q),
-        id,
-        token,
-        armed: true,
-    };
     let delivery = Delivery::<DB, M>::new(id, row.payload, attempt, q.group.clone());
     let handled = AssertUnwindSafe(handler.call(delivery)).catch_unwind();
     tokio::pin!(handled);
@@ -80,7 +74,7 @@ async fn run<DB, M, H>(
             () = q.abort.cancelled() => break None,
             () = tokio::time::sleep_until(next_extension), if !lost => {}
         }
-        let extension = lease.extend(&q.pool, id, unsettled.token);
+        let extension = lease.extend(&q.pool, id, token);
         tokio::pin!(extension);
         let mut finished = None;
         let extended = loop {
@@ -91,12 +85,14 @@ async fn run<DB, M, H>(
         };
         match extended {
             Ok(Some(new_token)) => {
-                unsettled.token = new_token;
+                token = new_token;
                 next_extension = Instant::now() + half;
             }
             Ok(None) => {
                 lost = true;
-                tracing::warn!("lease lost while the handler was running: its settlement will fail");
+                tracing::warn!(
+                    "lease lost while the handler was running: its settlement will fail"
+                );
             }
             Err(error) => {
                 let retry_in = (half / 4).max(Duration::from_millis(5));
@@ -112,8 +108,7 @@ async fn run<DB, M, H>(
     let Some(result) = result else {
         // Cancelled at the shutdown timeout: the row goes back unsettled, at once.
         q.cancelled.fetch_add(1, Ordering::Relaxed);
-        unsettled.armed = false;
-        match lease.release(&q.pool, id, unsettled.token).await {
+        match lease.release(&q.pool, id, token).await {
             Ok(true) => {
                 q.cancelled_released.fetch_add(1, Ordering::Relaxed);
                 Counters::add(&q.stats.released, 1);
@@ -136,8 +131,7 @@ async fn run<DB, M, H>(
         }
     };
     tracing::Span::current().record("outcome", outcome.name());
-    unsettled.armed = false;
-    match lease.settle(&q.pool, id, unsettled.token, outcome).await {
+    match lease.settle(&q.pool, id, token, outcome).await {
         Ok(()) => {
             let counter = match outcome.0 {
                 Settle::Ack => &q.stats.acked,
@@ -157,33 +151,6 @@ async fn run<DB, M, H>(
                 "settlement failed; the row is delivered again when its lease expires"
             );
         }
-    }
-}
-
-/// A delivery not settled yet. Dropped armed (its task cancelled, e.g. the runtime shutting
-/// down), it releases the row's lease at once rather than letting it expire.
-struct Unsettled<DB: Backend> {
-    q: Arc<QueueRuntime<DB>>,
-    id: i64,
-    token: DateTime<Utc>,
-    armed: bool,
-}
-
-impl<DB: Backend> Drop for Unsettled<DB> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (q, id, token) = (Arc::clone(&self.q), self.id, self.token);
-        runtime.spawn(async move {
-            let FormRuntime::Lease(lease) = &q.form;
-            if let Ok(true) = lease.release(&q.pool, id, token).await {
-                Counters::add(&q.stats.released, 1);
-            }
-        });
     }
 }
 

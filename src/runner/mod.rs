@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Backend;
 use crate::error::Result;
 use crate::queue::Queue;
-use crate::queue::state::{AttemptState, BatchState, CapComplete, ClaimForm, FormOn, HasHandler, Mode};
+use crate::queue::state::{
+    AttemptState, BatchState, CapComplete, ClaimForm, FormOn, HasHandler, Mode,
+};
 pub(crate) use launch::Launch;
 pub(crate) use launch::QueueRuntime;
 

@@ -23,9 +23,7 @@ pub(super) async fn server_clock<DB: Backend>(pool: &Pool<DB>) -> Result<Clock> 
     if DB::DIALECT == Dialect::MySql {
         check_mysql_version(&version)?;
     }
-    Ok(server_now.map_or_else(Clock::default, |now| {
-        Clock::measured(sent, received, now)
-    }))
+    Ok(server_now.map_or_else(Clock::default, |now| Clock::measured(sent, received, now)))
 }
 
 /// MySQL 8.0.1 and MariaDB 10.6 are the first with `SKIP LOCKED`.
@@ -71,18 +69,16 @@ pub(super) async fn prepare<DB: Backend>(
     };
     let sql = dialect::lease(&names, config.workers);
     for stmt in sql.statements() {
-        DB::prepare(&mut conn, stmt)
-            .await
-            .map_err(|source| {
-                Error::Schema(Box::new(SchemaError {
-                    queue: config.label().to_owned(),
-                    table: config.table.name.clone(),
-                    column: None,
-                    statement: Some(stmt.text().to_owned()),
-                    reason: "the database refused to prepare a statement".to_owned(),
-                    source: Some(source),
-                }))
-            })?;
+        DB::prepare(&mut conn, stmt).await.map_err(|source| {
+            Error::Schema(Box::new(SchemaError {
+                queue: config.label().to_owned(),
+                table: config.table.name.clone(),
+                column: None,
+                statement: Some(stmt.text().to_owned()),
+                reason: "the database refused to prepare a statement".to_owned(),
+                source: Some(source),
+            }))
+        })?;
     }
     Ok(FormRuntime::Lease(LeaseForm {
         sql,
@@ -118,7 +114,9 @@ fn refuse_unbuilt(config: &QueueConfig) -> Result<()> {
         return unbuilt("a batch handler");
     }
     if let (Some(max), Some(to)) = (config.max_attempts, &config.dead_letter) {
-        return unbuilt(&format!("`max_attempts({max})` with the dead letter {to:?}"));
+        return unbuilt(&format!(
+            "`max_attempts({max})` with the dead letter {to:?}"
+        ));
     }
     match (&config.table.group, &config.name) {
         (Some(column), None) => Err(Error::declaration(
@@ -176,11 +174,17 @@ impl Kind {
             }
             // Lease tokens are compared to the microsecond: a coarser column would round them.
             (Kind::Time, Dialect::Postgres) => {
-                matches!(ty, "timestamp with time zone" | "timestamp(6) with time zone")
+                matches!(
+                    ty,
+                    "timestamp with time zone" | "timestamp(6) with time zone"
+                )
             }
             (Kind::Time, Dialect::MySql) => matches!(ty, "datetime(6)" | "timestamp(6)"),
             (Kind::Time, Dialect::Sqlite) => {
-                ty.is_empty() || ["text", "char", "date", "time"].iter().any(|t| ty.contains(t))
+                ty.is_empty()
+                    || ["text", "char", "date", "time"]
+                        .iter()
+                        .any(|t| ty.contains(t))
             }
         }
     }
@@ -214,8 +218,9 @@ async fn check_columns<DB: Backend>(
     };
     let sql = SqlStr::from_static(dialect::catalog(DB::DIALECT));
     let columns = DB::fetch_pairs(conn, query_values::<DB>(sql, &values)).await?;
-    let schema_error =
-        |column: Option<&str>, reason: String| Error::schema(config.label(), &table.name, column, reason);
+    let schema_error = |column: Option<&str>, reason: String| {
+        Error::schema(config.label(), &table.name, column, reason)
+    };
     if columns.is_empty() {
         return Err(schema_error(None, "the table does not exist".to_owned()));
     }

@@ -1,0 +1,150 @@
+// Enqueueing through the table description: in the caller's transaction, in bulk, delayed,
+// byte for byte.
+
+use std::time::Duration;
+
+use sqlx_queue::{Delivery, Error, Job, Outcome, Queue, Runner, Table};
+use tokio::sync::mpsc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_commits_or_rolls_back_with_the_callers_transaction() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let jobs = Table::new(&t);
+
+    let mut tx = ctx.pool.begin().await.unwrap();
+    jobs.enqueue(&mut *tx, Job::new("rolled back")).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert_eq!(ctx.count(&t, "1 = 1").await, 0);
+
+    let mut tx = ctx.pool.begin().await.unwrap();
+    let id = jobs.enqueue(&mut *tx, Job::new("committed")).await.unwrap();
+    tx.commit().await.unwrap();
+    assert_eq!(ctx.count(&t, &format!("id = {id}")).await, 1);
+    assert_eq!(ctx.payload(&t, id).await, b"committed");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_round_trip_byte_for_byte() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let jobs = Table::new(&t);
+    let payloads: Vec<Vec<u8>> = vec![
+        Vec::new(),
+        vec![0xff, 0x00, 0xfe, 0x80, 0x27, 0x5c],
+        "héllo ✉".as_bytes().to_vec(),
+        (0..=255u8).cycle().take(1 << 20).collect(),
+    ];
+    let mut ids = Vec::new();
+    for payload in &payloads {
+        ids.push(jobs.enqueue(&ctx.pool, Job::new(payload)).await.unwrap());
+    }
+    for (id, payload) in ids.iter().zip(&payloads) {
+        assert_eq!(&ctx.payload(&t, *id).await, payload, "stored as given");
+    }
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs)
+        .lease("locked_until")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send((d.id(), d.into_payload()));
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    for (id, payload) in ids.iter().zip(&payloads) {
+        let (got_id, got) = recv(&mut seen, "a delivery", 20).await;
+        assert_eq!(got_id, *id, "in id order");
+        assert!(got == *payload, "row {id}: delivered {} bytes as given", got.len());
+    }
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enqueue_many_inserts_every_job_in_bulk() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let jobs = Table::new(&t).group("queue").retry_after("retry_after");
+    let payloads: Vec<String> = (0..25_000).map(|i| format!("{i}")).collect();
+    let batch: Vec<Job<'_>> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let job = Job::new(p).group(if i % 2 == 0 { "even" } else { "odd" });
+            if i % 5 == 0 { job.delay(Duration::from_secs(3600)) } else { job }
+        })
+        .collect();
+    assert_eq!(jobs.enqueue_many(&ctx.pool, &batch).await.unwrap(), 25_000);
+    assert_eq!(ctx.count(&t, "queue = 'even'").await, 12_500);
+    assert_eq!(ctx.count(&t, "retry_after IS NOT NULL").await, 5_000);
+    assert_eq!(jobs.enqueue_many(&ctx.pool, &[]).await.unwrap(), 0);
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_job_waits_for_its_time() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let jobs = Table::new(&t).retry_after("retry_after");
+    let soon = jobs
+        .enqueue(&ctx.pool, Job::new("soon").delay(Duration::from_millis(600)))
+        .await
+        .unwrap();
+    let later = jobs
+        .enqueue(&ctx.pool, Job::new("later").delay(Duration::from_secs(3600)))
+        .await
+        .unwrap();
+    let now = jobs.enqueue(&ctx.pool, Job::new("now")).await.unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs)
+        .lease("locked_until")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send(d.id());
+            async { Outcome::ack() }
+        });
+    let started = tokio::time::Instant::now();
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(recv(&mut seen, "the undelayed job", 10).await, now);
+    assert_eq!(recv(&mut seen, "the job due soon", 10).await, soon);
+    assert!(started.elapsed() >= Duration::from_millis(500), "not before its time");
+    running.shutdown().await.unwrap();
+    assert_eq!(ctx.count(&t, &format!("id = {later}")).await, 1, "the later job waits");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_the_table_cannot_hold_are_refused() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let grouped = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let plain = ctx
+        .table(Spec {
+            retry_after: false,
+            ..Spec::lease()
+        })
+        .await;
+    let no_group = Table::new(&grouped).group("queue").enqueue(&ctx.pool, Job::new("x")).await;
+    assert!(matches!(no_group, Err(Error::Declaration { .. })), "{no_group:?}");
+    let stray_group = Table::new(&plain).enqueue(&ctx.pool, Job::new("x").group("g")).await;
+    assert!(matches!(stray_group, Err(Error::Declaration { .. })), "{stray_group:?}");
+    let delay = Table::new(&plain)
+        .enqueue(&ctx.pool, Job::new("x").delay(Duration::from_secs(1)))
+        .await;
+    assert!(matches!(delay, Err(Error::Declaration { .. })), "{delay:?}");
+    assert_eq!(ctx.count(&grouped, "1 = 1").await + ctx.count(&plain, "1 = 1").await, 0);
+    ctx.drop_tables().await;
+}

@@ -1,0 +1,293 @@
+// The lease form's settlement table, one outcome at a time (DESIGN.md §3), and its lease.
+//
+// Where a test must show that a row was *not* delivered again, it enqueues a second row and
+// waits for that one: claims take rows in id order, so the later row's delivery proves the
+// earlier one was passed over.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx_queue::state::{AttemptColumn, Lease, NoCap, Single};
+use sqlx_queue::{Delivery, Job, Outcome, Plain, Queue, Runner, Table, state::HasHandler};
+use tokio::sync::mpsc;
+
+type Seen = mpsc::UnboundedReceiver<(i64, u32)>;
+type LeaseQueue<H> = Queue<Lease, AttemptColumn, NoCap, Plain, Single, H>;
+
+fn jobs(table: &str) -> Table {
+    Table::new(table).retry_after("retry_after")
+}
+
+/// A lease queue whose handler reports each delivery as `(id, attempt)` and settles it with
+/// `outcome(attempt)`.
+fn reporting(
+    table: Table,
+    outcome: impl Fn(u32) -> Outcome + Send + Sync + 'static,
+) -> (LeaseQueue<impl HasHandler<Db, Plain>>, Seen) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queue = Queue::table(table)
+        .lease("locked_until")
+        .lease_duration(Duration::from_secs(3600))
+        .attempt("attempt")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send((d.id(), d.attempt()));
+            let outcome = outcome(d.attempt());
+            async move { outcome }
+        });
+    (queue, rx)
+}
+
+fn runner(ctx: &Ctx<Db>) -> Runner<Db> {
+    Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(50))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_deletes_the_row() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("a")).await.unwrap();
+    let (queue, mut seen) = reporting(jobs(&t), |_| Outcome::ack());
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    assert_eq!(recv(&mut seen, "the delivery", 10).await, (id, 1));
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    wait_for("one ack counted", Duration::from_secs(5), || async {
+        running.stats().acked == 1
+    })
+    .await;
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_deletes_the_row() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("poison")).await.unwrap();
+    let (queue, mut seen) = reporting(jobs(&t), |_| Outcome::drop());
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    assert_eq!(recv(&mut seen, "the delivery", 10).await, (id, 1));
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    wait_for("one drop counted", Duration::from_secs(5), || async {
+        running.stats().dropped == 1
+    })
+    .await;
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_and_drop_mark_processed_at_and_clear_the_lease() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            processed_at: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = jobs(&t).processed_at("processed_at");
+    let acked = table.enqueue(&ctx.pool, Job::new("ack me")).await.unwrap();
+    let dropped = table.enqueue(&ctx.pool, Job::new("drop me")).await.unwrap();
+    let (queue, mut seen) = reporting(table.clone(), {
+        let acked = AtomicFirst::default();
+        move |_| {
+            if acked.first() { Outcome::ack() } else { Outcome::drop() }
+        }
+    });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    assert_eq!(recv(&mut seen, "the first delivery", 10).await, (acked, 1));
+    assert_eq!(recv(&mut seen, "the second delivery", 10).await, (dropped, 1));
+    ctx.wait_count(
+        &t,
+        "processed_at IS NOT NULL AND locked_until IS NULL",
+        2,
+        10,
+    )
+    .await;
+    // Marked rows are not claimed again: a later row is delivered next.
+    let later = table.enqueue(&ctx.pool, Job::new("later")).await.unwrap();
+    assert_eq!(recv(&mut seen, "the later row", 10).await, (later, 1));
+    running.shutdown().await.unwrap();
+    assert_eq!(ctx.count(&t, "1 = 1").await, 3, "marked rows are kept");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_clears_the_lease_and_counts_the_attempt() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("flaky")).await.unwrap();
+    // The lease lasts an hour: only a cleared lease lets the row come back at once.
+    let (queue, mut seen) = reporting(jobs(&t), |attempt| {
+        if attempt < 3 { Outcome::retry() } else { Outcome::ack() }
+    });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    for attempt in 1..=3 {
+        assert_eq!(recv(&mut seen, "a delivery", 10).await, (id, attempt));
+    }
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    wait_for("two retries and an ack", Duration::from_secs(5), || async {
+        let stats = running.stats();
+        stats.retried == 2 && stats.acked == 1
+    })
+    .await;
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_sets_the_delay_and_clears_the_lease() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("later")).await.unwrap();
+    let (queue, mut seen) = reporting(jobs(&t), |_| Outcome::retry_after(Duration::from_secs(3600)));
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    assert_eq!(recv(&mut seen, "the delivery", 10).await, (id, 1));
+    ctx.wait_count(
+        &t,
+        &format!("id = {id} AND retry_after IS NOT NULL AND locked_until IS NULL AND attempt = 2"),
+        1,
+        10,
+    )
+    .await;
+    // Not claimable for an hour: the next row is delivered, the delayed one is not.
+    let next = jobs(&t).enqueue(&ctx.pool, Job::new("next")).await.unwrap();
+    assert_eq!(recv(&mut seen, "the next row", 10).await, (next, 1));
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_without_its_column_is_a_retry() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            retry_after: false,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t);
+    let id = table.enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let (queue, mut seen) = reporting(table, |attempt| {
+        if attempt == 1 {
+            Outcome::retry_after(Duration::from_secs(3600))
+        } else {
+            Outcome::ack()
+        }
+    });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    assert_eq!(recv(&mut seen, "the first delivery", 10).await, (id, 1));
+    assert_eq!(recv(&mut seen, "the retry, at once", 10).await, (id, 2));
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_that_finds_another_token_is_lease_lost_and_changes_nothing() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let pool = ctx.pool.clone();
+    let steal = format!("UPDATE {t} SET locked_until = ? WHERE id = {id}");
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .attempt("attempt")
+        .handler(move |d: Delivery<Db>| {
+            let (pool, steal, tx) = (pool.clone(), steal.clone(), tx.clone());
+            async move {
+                // Another claim takes the row while this handler works.
+                <Db as crate::support::TestDb>::exec_time(&pool, &steal, later_claim)
+                    .await
+                    .unwrap();
+                let _ = tx.send(d.id());
+                Outcome::ack()
+            }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    assert_eq!(recv(&mut seen, "the delivery", 10).await, id);
+    wait_for("the lost lease counted", Duration::from_secs(10), || async {
+        running.stats().lease_lost == 1
+    })
+    .await;
+    assert_eq!(running.stats().acked, 0);
+    // The row is untouched: it belongs to the later claim.
+    assert_eq!(ctx.count(&t, &format!("id = {id} AND locked_until IS NOT NULL")).await, 1);
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_longer_than_its_lease_keeps_its_row() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("slow")).await.unwrap();
+    let deliveries = Arc::new(Mutex::new(Vec::new()));
+    let slow = |deliveries: Arc<Mutex<Vec<i64>>>| {
+        Queue::table(jobs(&t))
+            .lease("locked_until")
+            .lease_duration(Duration::from_millis(800))
+            .attempt("attempt")
+            .handler(move |d: Delivery<Db>| {
+                deliveries.lock().unwrap().push(d.id());
+                async move {
+                    // Work for three leases; the runner extends the lease meanwhile.
+                    tokio::time::sleep(Duration::from_millis(2400)).await;
+                    Outcome::ack()
+                }
+            })
+    };
+    // A second runner polls all the while, and would take the row if its lease expired.
+    let first = runner(&ctx).mount(slow(Arc::clone(&deliveries))).start().await.unwrap();
+    let second = runner(&ctx).mount(slow(Arc::clone(&deliveries))).start().await.unwrap();
+
+    ctx.wait_none(&t, "1 = 1", 20).await;
+    first.shutdown().await.unwrap();
+    second.shutdown().await.unwrap();
+    assert_eq!(*deliveries.lock().unwrap(), vec![id], "delivered once");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attempt_is_one_without_an_attempt_column() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            attempt: false,
+            ..Spec::lease()
+        })
+        .await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send((d.id(), d.attempt()));
+            async move {
+                if d.attempt() == 1 { Outcome::ack() } else { Outcome::drop() }
+            }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+    assert_eq!(recv(&mut seen, "the delivery", 10).await, (id, 1));
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+/// `true` the first time only.
+#[derive(Default)]
+struct AtomicFirst(std::sync::atomic::AtomicBool);
+
+impl AtomicFirst {
+    fn first(&self) -> bool {
+        !self.0.swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+}

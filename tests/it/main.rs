@@ -1,0 +1,42 @@
+//! Integration tests, one binary: every area's tests run on SQLite, PostgreSQL and MariaDB/MySQL.
+//!
+//! Each area file is written once against the alias `Db` and included in one module per
+//! database, so `cargo test sqlite::` (or `postgres::`, `mysql::`) runs one database's tests.
+//! PostgreSQL and MySQL tests read `SQLX_QUEUE_PG_URL` and `SQLX_QUEUE_MYSQL_URL`, and skip
+//! themselves with a notice when those are not set (they fail instead under
+//! `SQLX_QUEUE_REQUIRE_ALL=1`).
+
+mod support;
+
+macro_rules! per_database {
+    ($($db:ident => $ty:ty),* $(,)?) => {$(
+        mod $db {
+            #[allow(unused_imports)]
+            use crate::support::{Ctx, Spec, recv, wait_for};
+            type Db = $ty;
+
+            mod lease {
+                use super::*;
+                include!("lease.rs");
+            }
+            mod runner {
+                use super::*;
+                include!("runner.rs");
+            }
+            mod enqueue {
+                use super::*;
+                include!("enqueue.rs");
+            }
+            mod schema {
+                use super::*;
+                include!("schema.rs");
+            }
+        }
+    )*};
+}
+
+per_database! {
+    sqlite => sqlx::Sqlite,
+    postgres => sqlx::Postgres,
+    mysql => sqlx::MySql,
+}

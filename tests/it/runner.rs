@@ -1,0 +1,257 @@
+// The runner: concurrency, shutdown, panics, wake-ups, claim failures, groups.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use tokio::sync::{Semaphore, mpsc};
+
+fn jobs(table: &str) -> Table {
+    Table::new(table).retry_after("retry_after")
+}
+
+fn runner(ctx: &Ctx<Db>) -> Runner<Db> {
+    Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(50))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runners_of_four_workers_handle_every_row_exactly_once() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let payloads: Vec<String> = (0..1000).map(|i| format!("job {i}")).collect();
+    let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    assert_eq!(jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap(), 1000);
+
+    let handled: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
+    let queue = |handled: Arc<Mutex<HashMap<i64, u32>>>| {
+        Queue::table(jobs(&t))
+            .lease("locked_until")
+            .attempt("attempt")
+            .workers(4)
+            .handler(move |d: Delivery<Db>| {
+                *handled.lock().unwrap().entry(d.id()).or_default() += 1;
+                async { Outcome::ack() }
+            })
+    };
+    let first = runner(&ctx).mount(queue(Arc::clone(&handled))).start().await.unwrap();
+    let second = runner(&ctx).mount(queue(Arc::clone(&handled))).start().await.unwrap();
+
+    ctx.wait_none(&t, "1 = 1", 120).await;
+    let (a, b) = (first.stats(), second.stats());
+    first.shutdown().await.unwrap();
+    second.shutdown().await.unwrap();
+    {
+        let handled = handled.lock().unwrap();
+        assert_eq!(handled.len(), 1000, "every row handled");
+        let twice: Vec<_> = handled.iter().filter(|(_, n)| **n != 1).collect();
+        assert!(twice.is_empty(), "rows handled more than once: {twice:?}");
+    }
+    assert_eq!(a.claimed + b.claimed, 1000, "claimed once each");
+    assert!(a.claimed > 0 && b.claimed > 0, "both runners worked: {a:?} {b:?}");
+    ctx.drop_tables().await;
+}
+
+/// A queue of 4 workers whose handlers wait for `gate`, then retry.
+fn gated(
+    table: &str,
+    gate: Arc<Semaphore>,
+    started: mpsc::UnboundedSender<i64>,
+) -> sqlx_queue::Queue<
+    sqlx_queue::state::Lease,
+    sqlx_queue::state::AttemptColumn,
+    sqlx_queue::state::NoCap,
+    sqlx_queue::Plain,
+    sqlx_queue::state::Single,
+    impl sqlx_queue::state::HasHandler<Db, sqlx_queue::Plain>,
+> {
+    Queue::table(jobs(table))
+        .lease("locked_until")
+        .attempt("attempt")
+        .workers(4)
+        .handler(move |d: Delivery<Db>| {
+            let (gate, started) = (Arc::clone(&gate), started.clone());
+            async move {
+                let _ = started.send(d.id());
+                let _permit = gate.acquire().await.unwrap();
+                Outcome::retry()
+            }
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_deliveries_in_work_and_leaves_no_lease() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let batch: Vec<Job<'_>> = (0..10).map(|_| Job::new("x")).collect();
+    jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let (tx, mut started) = mpsc::unbounded_channel();
+    let running = runner(&ctx)
+        .mount(gated(&t, Arc::clone(&gate), tx))
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        recv(&mut started, "four deliveries in work", 10).await;
+    }
+    assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 4);
+
+    let shutdown = tokio::spawn(running.shutdown());
+    // Shutdown waits for the handlers: let them finish now.
+    gate.add_permits(4);
+    let report = tokio::time::timeout(Duration::from_secs(10), shutdown)
+        .await
+        .expect("shutdown returns once its handlers finish")
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.in_work, 4);
+    assert_eq!(report.cancelled, 0);
+    assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 0, "no lease left");
+    assert_eq!(ctx.count(&t, "attempt = 2").await, 4, "the four were settled (retried)");
+    assert!(started.try_recv().is_err(), "nothing claimed after shutdown began");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_cancels_handlers_at_its_timeout_and_releases_their_rows() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let batch: Vec<Job<'_>> = (0..6).map(|_| Job::new("x")).collect();
+    jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
+    let (tx, mut started) = mpsc::unbounded_channel();
+    // The gate never opens.
+    let running = runner(&ctx)
+        .shutdown_timeout(Duration::from_millis(300))
+        .mount(gated(&t, Arc::new(Semaphore::new(0)), tx))
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        recv(&mut started, "four deliveries in work", 10).await;
+    }
+    let report = tokio::time::timeout(Duration::from_secs(10), running.shutdown())
+        .await
+        .expect("shutdown returns after its timeout")
+        .unwrap();
+    assert_eq!((report.in_work, report.cancelled, report.released), (4, 4, 4));
+    assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 0, "no lease left");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_handler_is_retried_and_the_runner_goes_on() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .attempt("attempt")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send((d.id(), d.attempt()));
+            async move {
+                assert!(d.attempt() > 1, "the first attempt panics");
+                Outcome::ack()
+            }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+    assert_eq!(recv(&mut seen, "the first delivery", 10).await, (id, 1));
+    assert_eq!(recv(&mut seen, "the retry", 10).await, (id, 2));
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    assert_eq!(running.stats().panicked, 1);
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_enqueue_in_this_process_wakes_an_idle_queue() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send(d.id());
+            async { Outcome::ack() }
+        });
+    // Without the wake-up, the queue would not look again for an hour.
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_secs(3600))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    // After each delivery the queue finds nothing more and sleeps: each row needs a wake-up.
+    for _ in 0..3 {
+        let id = jobs(&t).enqueue(&ctx.pool, Job::new("now")).await.unwrap();
+        assert_eq!(recv(&mut seen, "the woken delivery", 5).await, id);
+    }
+    // An enqueue inside a transaction wakes the queue before it commits: the queue looks
+    // again shortly after.
+    let mut tx = ctx.pool.begin().await.unwrap();
+    let id = jobs(&t).enqueue(&mut *tx, Job::new("in tx")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    tx.commit().await.unwrap();
+    assert_eq!(recv(&mut seen, "the delivery after commit", 5).await, id);
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_that_fail_are_retried_until_the_table_is_back() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .attempt("attempt")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send(d.id());
+            async { Outcome::ack() }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+    ctx.exec(&format!("DROP TABLE {t}")).await;
+    // Let a few claims fail.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    ctx.exec(&<Db as crate::support::TestDb>::ddl(&t, Spec::lease())).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("back")).await.unwrap();
+    assert_eq!(recv(&mut seen, "a delivery from the new table", 20).await, id);
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queues_of_one_table_serve_their_own_group() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = jobs(&t).group("queue");
+    for group in ["mail", "sms", "mail", "mail", "sms"] {
+        table.enqueue(&ctx.pool, Job::new(group).group(group)).await.unwrap();
+    }
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = |group: &'static str| {
+        let tx = tx.clone();
+        Queue::table(table.clone())
+            .named(group)
+            .lease("locked_until")
+            .handler(move |d: Delivery<Db>| {
+                let _ = tx.send((group, d.group().map(str::to_owned), d.into_payload()));
+                async { Outcome::ack() }
+            })
+    };
+    let running = runner(&ctx).mount(queue("mail")).mount(queue("sms")).start().await.unwrap();
+    for _ in 0..5 {
+        let (queue, group, payload) = recv(&mut seen, "a delivery", 10).await;
+        assert_eq!(group.as_deref(), Some(queue));
+        assert_eq!(payload, queue.as_bytes(), "the {queue} queue got a row of its group");
+    }
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}

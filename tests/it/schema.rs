@@ -1,0 +1,118 @@
+// What `start()` checks: tables, columns and their types, names, declarations.
+
+use sqlx_queue::{Delivery, Error, Job, Outcome, Queue, Runner, Table};
+
+async fn start(ctx: &Ctx<Db>, table: Table) -> sqlx_queue::Result<sqlx_queue::Running> {
+    let queue = Queue::table(table)
+        .lease("locked_until")
+        .attempt("attempt")
+        .handler(|_: Delivery<Db>| async { Outcome::ack() });
+    Runner::new(ctx.pool.clone()).mount(queue).start().await
+}
+
+fn schema_error(result: sqlx_queue::Result<sqlx_queue::Running>) -> sqlx_queue::SchemaError {
+    match result {
+        Err(Error::Schema(error)) => *error,
+        Err(other) => panic!("expected a schema error, got {other}"),
+        Ok(_) => panic!("expected a schema error, the queue started"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_column_is_named() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            lease: false,
+            ..Spec::lease()
+        })
+        .await;
+    let error = schema_error(start(&ctx, Table::new(&t)).await);
+    assert_eq!(error.table, t);
+    assert_eq!(error.column.as_deref(), Some("locked_until"));
+    assert!(error.to_string().contains("locked_until"), "{error}");
+
+    let error = schema_error(start(&ctx, Table::new(&t).retry_after("not_before")).await);
+    assert_eq!(error.column.as_deref(), Some("not_before"));
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_table_is_named() {
+    let Some(ctx) = Ctx::<Db>::new().await else { return };
+    let error = schema_error(start(&ctx, Table::new("no_such_table_here")).await);
+    assert_eq!(error.table, "no_such_table_here");
+    assert_eq!(error.column, None);
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_of_the_wrong_type_is_named() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    // The payload column is the lease column's type, and the other way round.
+    let error = schema_error(start(&ctx, Table::new(&t).payload("retry_after")).await);
+    assert_eq!(error.column.as_deref(), Some("retry_after"));
+    assert!(error.reason.contains("payload"), "{error}");
+    let error = schema_error(start(&ctx, Table::new(&t).id("payload")).await);
+    assert_eq!(error.column.as_deref(), Some("payload"));
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_are_refused_and_never_executed() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let canary = ctx.table(Spec::lease()).await;
+    let hostile = [
+        format!("{canary}\"; DROP TABLE {canary}; --"),
+        format!("{canary}`; DROP TABLE {canary}; --"),
+        format!("{canary}; DROP TABLE {canary}"),
+        format!("{canary} -- comment"),
+        format!("{canary}/* c */"),
+        format!("{canary}'"),
+        "x".repeat(300),
+    ];
+    for name in &hostile {
+        let started = start(&ctx, Table::new(name.as_str())).await;
+        assert!(matches!(started, Err(Error::Identifier { .. })), "{name}: {started:?}");
+        let enqueued = Table::new(name.as_str()).enqueue(&ctx.pool, Job::new("x")).await;
+        assert!(matches!(enqueued, Err(Error::Identifier { .. })), "{name}: {enqueued:?}");
+        let column = start(&ctx, Table::new(&canary).payload(name.as_str())).await;
+        assert!(matches!(column, Err(Error::Identifier { .. })), "{name}: {column:?}");
+    }
+    assert_eq!(ctx.count(&canary, "1 = 1").await, 0, "the canary table survives");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_column_and_a_queue_name_go_together() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let unnamed = start(&ctx, Table::new(&t).group("queue")).await;
+    assert!(matches!(unnamed, Err(Error::Declaration { .. })), "{unnamed:?}");
+    let queue = Queue::table(Table::new(&t))
+        .named("mail")
+        .lease("locked_until")
+        .handler(|_: Delivery<Db>| async { Outcome::ack() });
+    let no_column = Runner::new(ctx.pool.clone()).mount(queue).start().await;
+    assert!(matches!(no_column, Err(Error::Declaration { .. })), "{no_column:?}");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declarations_not_built_yet_are_refused_at_start() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let queue = Queue::table(Table::new(&t))
+        .lease("locked_until")
+        .transactional()
+        .handler(|_: Delivery<Db, sqlx_queue::Transactional>| async { Outcome::ack() });
+    let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
+    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
+    ctx.drop_tables().await;
+}

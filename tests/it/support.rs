@@ -1,0 +1,342 @@
+//! Test databases: one context per test, with its own tables (SQLite: its own file), and the few
+//! statements the tests assert with. Every assertion reads the database through a count, so the
+//! same test text runs on PostgreSQL, MariaDB and SQLite.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::Pool;
+use sqlx_queue::Backend;
+
+/// The columns a test table has beyond `id` and `payload`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Spec {
+    pub(crate) group: bool,
+    pub(crate) attempt: bool,
+    pub(crate) lease: bool,
+    pub(crate) retry_after: bool,
+    pub(crate) processed_at: bool,
+}
+
+impl Spec {
+    /// `attempt`, `locked_until` and `retry_after`: a lease queue's usual table.
+    pub(crate) fn lease() -> Self {
+        Spec {
+            attempt: true,
+            lease: true,
+            retry_after: true,
+            ..Spec::default()
+        }
+    }
+}
+
+/// A database the tests run against.
+pub(crate) trait TestDb: Backend + Sized {
+    /// The environment variable with the server's URL (`None`: SQLite, always available).
+    const URL_VAR: Option<&'static str>;
+    const LABEL: &'static str;
+
+    fn connect(url: Option<&str>) -> impl Future<Output = Pool<Self>> + Send;
+    fn exec(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<()>> + Send;
+    fn exec_time(
+        pool: &Pool<Self>,
+        sql: &str,
+        time: DateTime<Utc>,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+    fn count(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<i64>> + Send;
+    fn bytes(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<Vec<u8>>> + Send;
+    fn ddl(table: &str, spec: Spec) -> String;
+}
+
+macro_rules! test_db_common {
+    () => {
+        async fn exec(pool: &Pool<Self>, sql: &str) -> sqlx::Result<()> {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+
+        async fn exec_time(pool: &Pool<Self>, sql: &str, time: DateTime<Utc>) -> sqlx::Result<()> {
+            sqlx::query(sqlx::AssertSqlSafe(placeholders::<Self>(sql)))
+                .bind(time)
+                .execute(pool)
+                .await?;
+            Ok(())
+        }
+
+        async fn count(pool: &Pool<Self>, sql: &str) -> sqlx::Result<i64> {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(pool)
+                .await
+        }
+
+        async fn bytes(pool: &Pool<Self>, sql: &str) -> sqlx::Result<Vec<u8>> {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(pool)
+                .await
+        }
+    };
+}
+
+/// `?` placeholders as the database writes them.
+fn placeholders<DB: TestDb>(sql: &str) -> String {
+    if DB::LABEL != "postgres" {
+        return sql.to_owned();
+    }
+    let mut n = 0;
+    sql.chars()
+        .map(|c| {
+            if c == '?' {
+                n += 1;
+                format!("${n}")
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+impl TestDb for sqlx::Sqlite {
+    const URL_VAR: Option<&'static str> = None;
+    const LABEL: &'static str = "sqlite";
+
+    async fn connect(_url: Option<&str>) -> Pool<Self> {
+        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+        let file = std::env::temp_dir().join(format!("sqlx-queue-test-{}.db", unique()));
+        let options = SqliteConnectOptions::new()
+            .filename(&file)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(10));
+        SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .expect("a SQLite file in the temporary directory")
+    }
+
+    test_db_common!();
+
+    fn ddl(table: &str, spec: Spec) -> String {
+        columns(
+            table,
+            spec,
+            "id INTEGER PRIMARY KEY",
+            "BLOB NOT NULL",
+            "TEXT",
+            "INTEGER",
+            "TEXT",
+        )
+    }
+}
+
+impl TestDb for sqlx::Postgres {
+    const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_PG_URL");
+    const LABEL: &'static str = "postgres";
+
+    async fn connect(url: Option<&str>) -> Pool<Self> {
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(12)
+            .acquire_timeout(Duration::from_secs(20))
+            .connect(url.expect("a URL"))
+            .await
+            .expect("PostgreSQL at SQLX_QUEUE_PG_URL")
+    }
+
+    test_db_common!();
+
+    fn ddl(table: &str, spec: Spec) -> String {
+        columns(
+            table,
+            spec,
+            "id BIGSERIAL PRIMARY KEY",
+            "BYTEA NOT NULL",
+            "TEXT",
+            "INT",
+            "TIMESTAMPTZ",
+        )
+    }
+}
+
+impl TestDb for sqlx::MySql {
+    const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_MYSQL_URL");
+    const LABEL: &'static str = "mysql";
+
+    async fn connect(url: Option<&str>) -> Pool<Self> {
+        sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(12)
+            .acquire_timeout(Duration::from_secs(20))
+            .connect(url.expect("a URL"))
+            .await
+            .expect("MySQL/MariaDB at SQLX_QUEUE_MYSQL_URL")
+    }
+
+    test_db_common!();
+
+    fn ddl(table: &str, spec: Spec) -> String {
+        columns(
+            table,
+            spec,
+            "id BIGINT AUTO_INCREMENT PRIMARY KEY",
+            "LONGBLOB NOT NULL",
+            "VARCHAR(64)",
+            "INT",
+            "DATETIME(6)",
+        )
+    }
+}
+
+fn columns(
+    table: &str,
+    spec: Spec,
+    id: &str,
+    payload: &str,
+    text: &str,
+    int: &str,
+    time: &str,
+) -> String {
+    let mut ddl = format!("CREATE TABLE {table} ({id}, payload {payload}");
+    if spec.group {
+        ddl += &format!(", queue {text}");
+    }
+    if spec.attempt {
+        ddl += &format!(", attempt {int} NOT NULL DEFAULT 1");
+    }
+    if spec.lease {
+        ddl += &format!(", locked_until {time}");
+    }
+    if spec.retry_after {
+        ddl += &format!(", retry_after {time}");
+    }
+    if spec.processed_at {
+        ddl += &format!(", processed_at {time}");
+    }
+    ddl + ")"
+}
+
+/// A name no other test (in this run or an earlier one) uses.
+pub(crate) fn unique() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{}_{n}_{nanos:x}", std::process::id())
+}
+
+/// One test's database.
+pub(crate) struct Ctx<DB: TestDb> {
+    pub(crate) pool: Pool<DB>,
+    tables: Vec<String>,
+}
+
+impl<DB: TestDb> Ctx<DB> {
+    /// The database, or `None` (with a notice) when its URL is not set and not required.
+    pub(crate) async fn new() -> Option<Self> {
+        let url = match DB::URL_VAR {
+            None => None,
+            Some(var) => match std::env::var(var) {
+                Ok(url) => Some(url),
+                Err(_) if std::env::var("SQLX_QUEUE_REQUIRE_ALL").as_deref() == Ok("1") => {
+                    panic!("{var} is not set, and SQLX_QUEUE_REQUIRE_ALL=1 requires every database")
+                }
+                Err(_) => {
+                    eprintln!("skipped on {}: {var} is not set", DB::LABEL);
+                    return None;
+                }
+            },
+        };
+        Some(Ctx {
+            pool: DB::connect(url.as_deref()).await,
+            tables: Vec::new(),
+        })
+    }
+
+    /// Creates a fresh table with `spec`'s columns and returns its name.
+    pub(crate) async fn table(&mut self, spec: Spec) -> String {
+        let name = format!("q_{}", unique());
+        self.exec(&DB::ddl(&name, spec)).await;
+        self.tables.push(name.clone());
+        name
+    }
+
+    pub(crate) async fn exec(&self, sql: &str) {
+        DB::exec(&self.pool, sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// `SELECT COUNT(*) FROM table WHERE condition`.
+    pub(crate) async fn count(&self, table: &str, condition: &str) -> i64 {
+        let sql = format!("SELECT COUNT(*) FROM {table} WHERE {condition}");
+        DB::count(&self.pool, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    pub(crate) async fn payload(&self, table: &str, id: i64) -> Vec<u8> {
+        let sql = format!("SELECT payload FROM {table} WHERE id = {id}");
+        DB::bytes(&self.pool, &sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
+    /// Waits (at most `secs`) until `table` has no row matching `condition`.
+    pub(crate) async fn wait_none(&self, table: &str, condition: &str, secs: u64) {
+        let what = format!("no row of {table} where {condition}");
+        wait_for(&what, Duration::from_secs(secs), || async {
+            self.count(table, condition).await == 0
+        })
+        .await;
+    }
+
+    /// Waits (at most `secs`) until `table` has exactly `n` rows matching `condition`.
+    pub(crate) async fn wait_count(&self, table: &str, condition: &str, n: i64, secs: u64) {
+        let what = format!("{n} rows of {table} where {condition}");
+        wait_for(&what, Duration::from_secs(secs), || async {
+            self.count(table, condition).await == n
+        })
+        .await;
+    }
+
+    pub(crate) async fn drop_tables(self) {
+        for table in &self.tables {
+            let _ = DB::exec(&self.pool, &format!("DROP TABLE IF EXISTS {table}")).await;
+        }
+        self.pool.close().await;
+    }
+}
+
+/// Polls `check` every 10 ms until it holds, failing the test with `what` after `timeout`.
+pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Receives from `rx`, failing the test with `what` after `secs`.
+pub(crate) async fn recv<T>(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
+    what: &str,
+    secs: u64,
+) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {secs} s waiting for {what}"))
+        .unwrap_or_else(|| panic!("the channel closed while waiting for {what}"))
+}
