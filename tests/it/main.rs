@@ -6,6 +6,7 @@
 //! themselves with a notice when those are not set (they fail instead under
 //! `SQLX_QUEUE_REQUIRE_ALL=1`).
 
+mod examples;
 mod support;
 
 macro_rules! per_database {
@@ -30,6 +31,10 @@ macro_rules! per_database {
             mod schema {
                 use super::*;
                 include!("schema.rs");
+            }
+            mod docs {
+                use super::*;
+                include!("docs.rs");
             }
         }
     )*};

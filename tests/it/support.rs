@@ -244,7 +244,7 @@ impl<DB: TestDb> Ctx<DB> {
                     panic!("{var} is not set, and SQLX_QUEUE_REQUIRE_ALL=1 requires every database")
                 }
                 Err(_) => {
-                    eprintln!("skipped on {}: {var} is not set", DB::LABEL);
+                    skipped::<DB>(var);
                     return None;
                 }
             },
@@ -307,6 +307,23 @@ impl<DB: TestDb> Ctx<DB> {
             let _ = DB::exec(&self.pool, &format!("DROP TABLE IF EXISTS {table}")).await;
         }
         self.pool.close().await;
+    }
+}
+
+/// Says once per database that its tests are skipped. Written to the process's stderr directly:
+/// the test harness captures `eprintln!` of passing tests, and this notice must be seen.
+fn skipped<DB: TestDb>(var: &str) {
+    use std::io::Write as _;
+    use std::sync::Mutex;
+    static SAID: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if !said.contains(&DB::LABEL) {
+        said.push(DB::LABEL);
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: {var} is not set: the {} tests are skipped (set it, or run .ci/run)",
+            DB::LABEL
+        );
     }
 }
 
