@@ -58,11 +58,29 @@ pub(crate) mod private {
             returning: bool,
         ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send;
 
-        /// Runs a query returning two text columns (the catalog).
-        fn fetch_pairs(
+        /// Runs a query returning three text columns (the catalog).
+        fn fetch_triples(
             conn: &mut Self::Connection,
             query: Q<Self>,
-        ) -> impl Future<Output = Result<Vec<(String, String)>, sqlx::Error>> + Send;
+        ) -> impl Future<Output = Result<Vec<(String, String, String)>, sqlx::Error>> + Send;
+
+        /// Runs a query, reading its first column as integers.
+        fn fetch_i64s(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> impl Future<Output = Result<Vec<i64>, sqlx::Error>> + Send;
+
+        /// Runs a query returning at most one row, and reads its first column as an integer.
+        fn fetch_i64(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send;
+
+        /// Runs a query returning at most one row, and reads its first column as text.
+        fn fetch_text(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> impl Future<Output = Result<Option<String>, sqlx::Error>> + Send;
 
         /// Prepares a statement, so the server checks it.
         fn prepare(
@@ -134,21 +152,46 @@ macro_rules! driver_common {
                 .collect()
         }
 
-        async fn fetch_pairs(
+        async fn fetch_triples(
             conn: &mut Self::Connection,
             query: Q<Self>,
-        ) -> Result<Vec<(String, String)>, sqlx::Error> {
+        ) -> Result<Vec<(String, String, String)>, sqlx::Error> {
             use sqlx::Row as _;
             let rows = query.fetch_all(conn).await?;
             rows.iter()
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
+                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
                 .collect()
         }
 
-        async fn prepare(conn: &mut Self::Connection, sql: &Stmt) -> Result<(), sqlx::Error> {
-            use sqlx::Executor as _;
-            conn.prepare(sql.sql()).await?;
-            Ok(())
+        async fn fetch_i64s(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> Result<Vec<i64>, sqlx::Error> {
+            use sqlx::Row as _;
+            let rows = query.fetch_all(conn).await?;
+            rows.iter().map(|row| row.try_get(0)).collect()
+        }
+
+        async fn fetch_i64(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> Result<Option<i64>, sqlx::Error> {
+            use sqlx::Row as _;
+            match query.fetch_optional(conn).await? {
+                Some(row) => row.try_get(0),
+                None => Ok(None),
+            }
+        }
+
+        async fn fetch_text(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> Result<Option<String>, sqlx::Error> {
+            use sqlx::Row as _;
+            match query.fetch_optional(conn).await? {
+                Some(row) => row.try_get(0),
+                None => Ok(None),
+            }
         }
     };
 }
@@ -164,6 +207,30 @@ mod postgres {
         const DIALECT: Dialect = Dialect::Postgres;
 
         driver_common!();
+
+        /// Prepared with the parameter types the statement is later bound with: sqlx caches the
+        /// prepared statement, and a type PostgreSQL inferred instead (`int4` for an `INTEGER`
+        /// id, say) would refuse the `int8` bound later.
+        async fn prepare(conn: &mut Self::Connection, sql: &Stmt) -> Result<(), sqlx::Error> {
+            use crate::dialect::Slot;
+            use sqlx::{Executor as _, Type};
+            let types: Vec<_> = sql
+                .slots
+                .iter()
+                .map(|slot| match slot {
+                    Slot::Id | Slot::IdAt(_) | Slot::Limit | Slot::Key | Slot::KeyClass => {
+                        <i64 as Type<Postgres>>::type_info()
+                    }
+                    Slot::Token | Slot::NewToken | Slot::Now | Slot::At => {
+                        <DateTime<Utc> as Type<Postgres>>::type_info()
+                    }
+                    Slot::Group | Slot::KeyPrefix => <&str as Type<Postgres>>::type_info(),
+                    Slot::Payload => <&[u8] as Type<Postgres>>::type_info(),
+                })
+                .collect();
+            conn.prepare_with(sql.sql(), &types).await?;
+            Ok(())
+        }
 
         async fn insert_id(
             conn: &mut Self::Connection,
@@ -198,6 +265,12 @@ mod mysql {
 
         driver_common!();
 
+        async fn prepare(conn: &mut Self::Connection, sql: &Stmt) -> Result<(), sqlx::Error> {
+            use sqlx::Executor as _;
+            conn.prepare(sql.sql()).await?;
+            Ok(())
+        }
+
         async fn insert_id(
             conn: &mut Self::Connection,
             query: Q<Self>,
@@ -230,6 +303,12 @@ mod sqlite {
         const DIALECT: Dialect = Dialect::Sqlite;
 
         driver_common!();
+
+        async fn prepare(conn: &mut Self::Connection, sql: &Stmt) -> Result<(), sqlx::Error> {
+            use sqlx::Executor as _;
+            conn.prepare(sql.sql()).await?;
+            Ok(())
+        }
 
         async fn insert_id(
             conn: &mut Self::Connection,

@@ -2,13 +2,15 @@
 //! job commits with the data it serves.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::{Acquire, AssertSqlSafe, SqlSafeStr as _};
 
 use crate::backend::private::Driver as _;
 use crate::backend::{Backend, query, query_values};
-use crate::dialect::{self, Args, Names, Value};
+use crate::dialect::{self, Args, Dialect, EnqueueSql, Names, Value};
 use crate::error::{Error, Result};
 use crate::form::Clock;
 use crate::runner::wake;
@@ -17,6 +19,29 @@ use crate::table::Table;
 /// Statements of a bulk enqueue take at most this many bound values (every database allows
 /// more than 30,000).
 const MAX_VALUES: usize = 30_000;
+
+/// The enqueue statement of each table and database, rendered once.
+static RENDERED: Mutex<Option<Rendered>> = Mutex::new(None);
+
+type Rendered = HashMap<(Dialect, Table), Arc<EnqueueSql>>;
+
+/// How many tables' statements are kept (names made at run time could otherwise grow it forever).
+const RENDERED_MAX: usize = 1024;
+
+fn rendered(dialect: Dialect, table: &Table) -> Result<Arc<EnqueueSql>> {
+    let mut cache = RENDERED.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = cache.get_or_insert_with(HashMap::new);
+    let key = (dialect, table.clone());
+    if let Some(sql) = cache.get(&key) {
+        return Ok(Arc::clone(sql));
+    }
+    let sql = Arc::new(dialect::enqueue(&Names::of_table(dialect, table)?));
+    if cache.len() >= RENDERED_MAX {
+        cache.clear();
+    }
+    cache.insert(key, Arc::clone(&sql));
+    Ok(sql)
+}
 
 /// A job to enqueue: its payload, the group (queue) it is for, and an optional delay.
 ///
@@ -117,12 +142,8 @@ impl Table {
         A: Acquire<'c>,
         A::Database: Backend,
     {
-        let names = Names::of_table(
-            <A::Database as crate::backend::private::Driver>::DIALECT,
-            self,
-        )?;
         self.check(&job)?;
-        let sql = dialect::enqueue(&names);
+        let sql = rendered(A::Database::DIALECT, self)?;
         let args = Args {
             payload: &job.payload,
             group: job.group.as_deref(),
@@ -137,7 +158,9 @@ impl Table {
     }
 
     /// Inserts many jobs with one statement (one per 30,000 bound values), returning how many
-    /// were inserted. Pass a transaction to make them commit together.
+    /// were inserted. Pass a transaction to make them commit together: on a pool or a
+    /// connection, the statements of a long list commit one by one, and an error may leave the
+    /// first ones inserted.
     ///
     /// # Errors
     ///
@@ -148,10 +171,7 @@ impl Table {
         A: Acquire<'c>,
         A::Database: Backend,
     {
-        let names = Names::of_table(
-            <A::Database as crate::backend::private::Driver>::DIALECT,
-            self,
-        )?;
+        let names = Names::of_table(A::Database::DIALECT, self)?;
         for job in jobs {
             self.check(job)?;
         }

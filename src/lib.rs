@@ -16,7 +16,7 @@ pub use delivery::{Delivery, IntoOutcome, Outcome, Tx};
 pub use enqueue::Job;
 pub use error::{Error, Result, SchemaError};
 pub use queue::state::{Plain, Transactional};
-pub use queue::{DEFAULT_LEASE, Queue, state};
+pub use queue::{DEFAULT_LEASE, MAX_WORKERS, Queue, state};
 pub use runner::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, Runner, Running, ShutdownReport, Stats,
 };

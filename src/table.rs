@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 ///     .processed_at("processed_at");
 /// assert_eq!(jobs.name(), "signup_jobs");
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[must_use = "a table description does nothing until a queue is mounted on it or a job enqueued"]
 pub struct Table {
     pub(crate) name: String,

@@ -40,15 +40,25 @@ pub(crate) struct EnqueueSql {
     pub(crate) returning: bool,
 }
 
-/// `WHERE` conditions that make a row claimable now (no leading `WHERE`).
+/// `WHERE` conditions that make a row claimable now (no leading `WHERE`): its group, not
+/// processed, no live lease, due.
 pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
+    let mut any = false;
+    let mut and = |w: &mut SqlWriter| {
+        if std::mem::replace(&mut any, true) {
+            w.push(" AND ");
+        }
+    };
     if let Some(group) = &n.group {
-        w.push(group).push(" = ").param(Slot::Group).push(" AND ");
+        and(w);
+        w.push(group).push(" = ").param(Slot::Group);
     }
     if let Some(processed_at) = &n.processed_at {
-        w.push(processed_at).push(" IS NULL AND ");
+        and(w);
+        w.push(processed_at).push(" IS NULL");
     }
     if let Some(lease) = &n.lease {
+        and(w);
         w.push("(")
             .push(lease)
             .push(" IS NULL OR ")
@@ -56,17 +66,49 @@ pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
             .push(" < ")
             .param(Slot::Now)
             .push(")");
-    } else {
-        w.push("1 = 1");
     }
     if let Some(retry_after) = &n.retry_after {
-        w.push(" AND (")
+        and(w);
+        w.push("(")
             .push(retry_after)
             .push(" IS NULL OR ")
             .push(retry_after)
             .push(" <= ")
             .param(Slot::Now)
             .push(")");
+    }
+    if !any {
+        w.push("1 = 1");
+    }
+}
+
+/// `id` read as a 64-bit integer (PostgreSQL decodes strictly; MySQL reads it signed).
+pub(super) fn as_i64(w: &mut SqlWriter, column: &str) {
+    match w.dialect() {
+        Dialect::Postgres => w.push("CAST(").push(column).push(" AS BIGINT)"),
+        Dialect::MySql => w.push("CAST(").push(column).push(" AS SIGNED)"),
+        Dialect::Sqlite => w.push(column),
+    };
+}
+
+/// `DELETE` of row `id`, or `processed_at = now` where the table keeps finished rows; the lease
+/// cleared too in the lease form.
+pub(super) fn finish(w: &mut SqlWriter, n: &Names) {
+    match &n.processed_at {
+        Some(processed_at) => {
+            w.push("UPDATE ")
+                .push(&n.table)
+                .push(" SET ")
+                .push(processed_at)
+                .push(" = ")
+                .param(Slot::Now);
+            if let Some(lease) = &n.lease {
+                w.push(", ").push(lease).push(" = NULL");
+            }
+        }
+        None => {
+            w.push("DELETE FROM ").push(&n.table);
+        }
     }
 }
 
@@ -135,20 +177,7 @@ pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
     });
 
     let mut w = n.writer();
-    match &n.processed_at {
-        Some(processed_at) => {
-            update(&mut w);
-            w.push(processed_at)
-                .push(" = ")
-                .param(Slot::Now)
-                .push(", ")
-                .push(lease)
-                .push(" = NULL");
-        }
-        None => {
-            w.push("DELETE FROM ").push(&n.table);
-        }
-    }
+    finish(&mut w, n);
     guarded(&mut w, n, lease);
     let finish = w.finish();
 
@@ -179,11 +208,8 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
     }
     w.push(")");
     if returning {
-        // PostgreSQL decodes strictly: an `INTEGER` id is read as `BIGINT`.
-        match n.dialect {
-            Dialect::Postgres => w.push(" RETURNING CAST(").push(&n.id).push(" AS BIGINT)"),
-            _ => w.push(" RETURNING ").push(&n.id),
-        };
+        w.push(" RETURNING ");
+        as_i64(&mut w, &n.id);
     }
     EnqueueSql {
         insert: w.finish(),

@@ -5,6 +5,7 @@
 //! servers in `tests/`. Every statement is rendered once, when a queue starts.
 
 mod common;
+mod held;
 mod mysql;
 mod postgres;
 mod sqlite;
@@ -19,9 +20,10 @@ use crate::queue::config::{Form, QueueConfig};
 use crate::table::{Table, table_parts, validate_ident};
 
 pub(crate) use common::{EnqueueSql, LeaseSql};
+pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
 
 /// The SQL dialect of a database.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dialect {
     Postgres,
     MySql,
@@ -86,6 +88,12 @@ pub(crate) enum Slot {
     Limit,
     /// A job's payload.
     Payload,
+    /// A row's advisory key (PostgreSQL).
+    Key,
+    /// The table's advisory key class, the high half of its keys (PostgreSQL).
+    KeyClass,
+    /// The table's lock-name prefix (MySQL/MariaDB).
+    KeyPrefix,
 }
 
 /// A rendered statement: its text, shared (cloning it clones an `Arc`), and its placeholders.
@@ -119,6 +127,9 @@ pub(crate) struct Args<'a> {
     pub(crate) group: Option<&'a str>,
     pub(crate) limit: i64,
     pub(crate) payload: &'a [u8],
+    pub(crate) key: i64,
+    pub(crate) key_class: i64,
+    pub(crate) key_prefix: Option<&'a str>,
 }
 
 /// One bound value, as the database drivers take it.
@@ -149,6 +160,9 @@ impl<'a> Args<'a> {
             Slot::Group => Value::Text(self.group),
             Slot::Limit => Value::I64(self.limit),
             Slot::Payload => Value::Bytes(self.payload),
+            Slot::Key => Value::I64(self.key),
+            Slot::KeyClass => Value::I64(self.key_class),
+            Slot::KeyPrefix => Value::Text(self.key_prefix),
         }
     }
 }
@@ -168,6 +182,10 @@ impl SqlWriter {
             sql: String::with_capacity(256),
             slots: Vec::new(),
         }
+    }
+
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.dialect
     }
 
     pub(crate) fn push(&mut self, text: &str) -> &mut Self {
@@ -232,6 +250,7 @@ impl Names {
         if let Form::Lease { column, .. } = &config.form {
             names.lease = Some(dialect.quote(column)?);
         }
+
         names.attempt = config
             .attempt
             .as_deref()

@@ -1,12 +1,12 @@
 //! MySQL and MariaDB statement text.
 
 use super::common::{claimable, lease_set};
-use super::{Claim, Names, Slot, Stmt};
+use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
 
-/// The columns of a table and their types; binds the schema (NULL: the current database) and
+/// The columns of a table, their types and whether they take NULL; binds the schema (NULL: the current database) and
 /// the table name.
-pub(super) const CATALOG: &str = "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR) \
-     FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) \
+pub(super) const CATALOG: &str = "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), \
+     CAST(IS_NULLABLE AS CHAR) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) \
      AND TABLE_NAME = ?";
 
 /// Starts a claim's transaction at READ COMMITTED in one round trip, so the locking read takes
@@ -55,6 +55,54 @@ fn update_ids(n: &Names, count: u16) -> Stmt {
         w.param(Slot::IdAt(i));
     }
     w.push(")");
+    w.finish()
+}
+
+/// The lock name of a row: the key prefix (database, table) and the id, hashed with MD5 when
+/// longer than the 64 characters `GET_LOCK` takes. `id` is the id's SQL: a column or `?`.
+fn lock_name(w: &mut SqlWriter, id: impl Fn(&mut SqlWriter)) {
+    let name = |w: &mut SqlWriter| {
+        w.push("CONCAT(").param(Slot::KeyPrefix).push(", ");
+        id(w);
+        w.push(")");
+    };
+    w.push("IF(CHAR_LENGTH(");
+    name(w);
+    w.push(") > 64, CONCAT('sqlxq:', MD5(");
+    name(w);
+    w.push(")), ");
+    name(w);
+    w.push(")");
+}
+
+/// Skips rows whose lock name a session holds.
+pub(super) fn key_not_held(w: &mut SqlWriter, n: &Names) {
+    w.push(" AND IS_USED_LOCK(");
+    lock_name(w, |w| {
+        w.push(&n.id);
+    });
+    w.push(") IS NULL");
+}
+
+/// Takes a row's lock without waiting: 1 when taken.
+pub(super) fn try_lock() -> Stmt {
+    let mut w = SqlWriter::new(Dialect::MySql);
+    w.push("SELECT CAST(GET_LOCK(");
+    lock_name(&mut w, |w| {
+        w.param(Slot::Id);
+    });
+    w.push(", 0) AS SIGNED)");
+    w.finish()
+}
+
+/// Releases a row's lock: 1 when it was held.
+pub(super) fn unlock() -> Stmt {
+    let mut w = SqlWriter::new(Dialect::MySql);
+    w.push("SELECT CAST(RELEASE_LOCK(");
+    lock_name(&mut w, |w| {
+        w.param(Slot::Id);
+    });
+    w.push(") AS SIGNED)");
     w.finish()
 }
 

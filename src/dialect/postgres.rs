@@ -1,12 +1,12 @@
 //! PostgreSQL statement text.
 
 use super::common::{claimable, lease_set};
-use super::{Claim, Names, Slot};
+use super::{Claim, Names, Slot, SqlWriter, Stmt};
 
-/// The columns of a table and their types, by the table's quoted (possibly qualified) name, so
+/// The columns of a table, their types and whether they take NULL, by the table's quoted (possibly qualified) name, so
 /// the search path and quoting resolve it as every other statement does.
-pub(super) const CATALOG: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod) \
-     FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+pub(super) const CATALOG: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
+     CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
      AND NOT a.attisdropped";
 
 /// One statement: the claimable ids, locked and skipped when locked elsewhere, then the update.
@@ -39,6 +39,41 @@ pub(super) fn lease_claim(n: &Names) -> Claim {
         w.push(", CAST(q.").push(attempt).push(" AS BIGINT) - 1");
     }
     Claim::Returning(w.finish())
+}
+
+/// Skips rows whose advisory key a session holds, reading `pg_locks` once for the query. A key
+/// is a `bigint`: the table's class in its high half, the id's low 32 bits in its low half,
+/// which `pg_locks` shows as `classid`, `objid` and `objsubid = 1`.
+pub(super) fn key_not_held(w: &mut SqlWriter, n: &Names) {
+    w.push(" AND CAST(CAST(")
+        .push(&n.id)
+        .push(
+            " AS BIGINT) & 4294967295 AS oid) NOT IN (SELECT objid FROM pg_locks \
+               WHERE locktype = 'advisory' AND objsubid = 1 AND classid = CAST(",
+        )
+        .param(Slot::KeyClass)
+        .push(
+            " AS oid) AND database = (SELECT oid FROM pg_database \
+               WHERE datname = current_database()))",
+        );
+}
+
+/// Takes a row's key without waiting: 1 when taken.
+pub(super) fn try_lock() -> Stmt {
+    let mut w = SqlWriter::new(super::Dialect::Postgres);
+    w.push("SELECT CASE WHEN pg_try_advisory_lock(")
+        .param(Slot::Key)
+        .push(") THEN CAST(1 AS BIGINT) ELSE CAST(0 AS BIGINT) END");
+    w.finish()
+}
+
+/// Releases a row's key: 1 when it was held.
+pub(super) fn unlock() -> Stmt {
+    let mut w = SqlWriter::new(super::Dialect::Postgres);
+    w.push("SELECT CASE WHEN pg_advisory_unlock(")
+        .param(Slot::Key)
+        .push(") THEN CAST(1 AS BIGINT) ELSE CAST(0 AS BIGINT) END");
+    w.finish()
 }
 
 #[cfg(test)]

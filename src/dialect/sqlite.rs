@@ -3,9 +3,10 @@
 use super::common::{claimable, lease_set};
 use super::{Claim, Names, Slot};
 
-/// The columns of a table and their declared types; binds the table name, then the schema
+/// The columns of a table, their declared types and whether they take NULL; binds the table name, then the schema
 /// (NULL: every attached database, `main` first).
-pub(super) const CATALOG: &str = "SELECT name, type FROM pragma_table_info(?, ?)";
+pub(super) const CATALOG: &str = "SELECT name, type, CASE WHEN \"notnull\" = 0 AND pk = 0 THEN 'YES' \
+     ELSE 'NO' END FROM pragma_table_info(?, ?)";
 
 /// SQLite has one writer: the claim is one `UPDATE .. WHERE id IN (SELECT .. LIMIT n)
 /// RETURNING ..`, atomic without row locks.

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, Pool};
+use tokio::time::Instant;
 
 use super::Clock;
 use crate::backend::{Backend, ClaimedRow, query};
@@ -18,6 +19,8 @@ use crate::error::{Error, Result};
 pub(crate) struct Claimed {
     pub(crate) rows: Vec<ClaimedRow>,
     pub(crate) token: DateTime<Utc>,
+    /// When the token was taken: extensions are due from here.
+    pub(crate) taken: Instant,
 }
 
 /// The lease form of one mounted queue.
@@ -39,6 +42,9 @@ impl LeaseForm {
         pool: &Pool<DB>,
         limit: usize,
     ) -> Result<Claimed, sqlx::Error> {
+        // The token is taken once the connection is: a wait for it does not shorten the lease.
+        let mut conn = pool.acquire().await?;
+        let taken = Instant::now();
         let now = self.clock.now();
         let token = self.clock.after(self.duration);
         let args = Args {
@@ -48,7 +54,6 @@ impl LeaseForm {
             limit: i64::try_from(limit).unwrap_or(i64::MAX),
             ..Args::default()
         };
-        let mut conn = pool.acquire().await?;
         let mut rows = match &self.sql.claim {
             Claim::Returning(stmt) => {
                 DB::fetch_claimed(&mut *conn, query(stmt, &args), self.with_attempt).await?
@@ -71,7 +76,7 @@ impl LeaseForm {
             }
         };
         rows.sort_unstable_by_key(|row| row.id);
-        Ok(Claimed { rows, token })
+        Ok(Claimed { rows, token, taken })
     }
 
     /// Extends the lease of row `id` from `token`: the new token, or `None` when the lease was

@@ -1,47 +1,171 @@
 //! The claim forms: how a row is claimed, held and settled, on a connection of the pool.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use chrono::{DateTime, NaiveDate, SubsecRound, TimeDelta, Utc};
+
+pub(crate) mod advisory;
+pub(crate) mod held;
 pub(crate) mod lease;
+pub(crate) mod row_lock;
+
+use sqlx::Pool;
+
+use crate::backend::{Backend, ClaimedRow};
+use crate::delivery::Outcome;
+use crate::error::Result;
+use held::HeldConn;
 
 /// The claim form of a started queue, with its rendered statements.
 #[derive(Debug)]
 pub(crate) enum FormRuntime {
     Lease(lease::LeaseForm),
+    RowLock(row_lock::RowLockForm),
+    Advisory(advisory::AdvisoryForm),
 }
 
-use chrono::{DateTime, SubsecRound, Utc};
-
-/// The time as the database sees it: this host's clock corrected by the offset to the server's
-/// clock measured at start, so that leases and delays written by runners on several hosts agree.
-/// Times are kept to the microsecond, the precision PostgreSQL and MySQL store.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Clock {
-    offset: chrono::TimeDelta,
+/// What holds a claimed row until its delivery is settled.
+#[derive(Debug)]
+pub(crate) enum Hold<DB: Backend> {
+    /// The lease token (the lease form), and when it was taken.
+    Lease(DateTime<Utc>, tokio::time::Instant),
+    /// The connection holding the claim's transaction (row lock) or the row's key (advisory).
+    Conn(HeldConn<DB>),
 }
 
-impl Clock {
-    /// A clock corrected by `server_now`, read by a query that started at `sent` and answered at
-    /// `received` (this host's times).
-    pub(crate) fn measured(
-        sent: DateTime<Utc>,
-        received: DateTime<Utc>,
-        server_now: DateTime<Utc>,
-    ) -> Self {
-        let midpoint = sent + (received - sent) / 2;
-        Clock {
-            offset: server_now - midpoint,
+impl FormRuntime {
+    /// Claims up to `want` rows in as few round trips as the form allows: one statement for the
+    /// lease form; one claim per row, on a connection each, for the forms that hold one (the
+    /// others start only once the first found a row).
+    pub(crate) async fn claim<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        want: usize,
+    ) -> Result<Vec<(ClaimedRow, Hold<DB>)>, sqlx::Error> {
+        match self {
+            FormRuntime::Lease(lease) => {
+                let claimed = lease.claim(pool, want).await?;
+                let (token, taken) = (claimed.token, claimed.taken);
+                Ok(claimed
+                    .rows
+                    .into_iter()
+                    .map(|row| (row, Hold::Lease(token, taken)))
+                    .collect())
+            }
+            FormRuntime::RowLock(row_lock) => {
+                let Some((row, conn)) = row_lock.claim_one(pool).await? else {
+                    return Ok(Vec::new());
+                };
+                let mut rows = vec![(row, Hold::Conn(conn))];
+                let more =
+                    futures::future::join_all((1..want).map(|_| row_lock.claim_one(pool))).await;
+                for claimed in more {
+                    match claimed {
+                        Ok(Some((row, conn))) => rows.push((row, Hold::Conn(conn))),
+                        Ok(None) => {}
+                        Err(error) => tracing::warn!(%error, "row lock claim failed"),
+                    }
+                }
+                Ok(rows)
+            }
+            FormRuntime::Advisory(advisory) => Ok(advisory
+                .claim(pool, want)
+                .await?
+                .into_iter()
+                .map(|(row, conn)| (row, Hold::Conn(conn)))
+                .collect()),
         }
     }
 
+    /// Settles row `id` by `outcome`, where its form holds it.
+    pub(crate) async fn settle<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        id: i64,
+        hold: Hold<DB>,
+        outcome: Outcome,
+    ) -> Result<()> {
+        match (self, hold) {
+            (FormRuntime::Lease(lease), Hold::Lease(token, _)) => {
+                lease.settle(pool, id, token, outcome).await
+            }
+            (FormRuntime::RowLock(row_lock), Hold::Conn(mut conn)) => {
+                row_lock.settle(&mut conn, id, outcome).await
+            }
+            (FormRuntime::Advisory(advisory), Hold::Conn(conn)) => {
+                advisory.settle(conn, id, outcome).await
+            }
+            _ => unreachable!("each form claims its own hold"),
+        }
+    }
+
+    /// Releases row `id` unsettled, at once: the lease cleared, the claim's transaction rolled
+    /// back, the key released. Returns whether it was still held; a connection whose release
+    /// fails is closed, and the server releases what it held.
+    pub(crate) async fn release<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        id: i64,
+        hold: Hold<DB>,
+    ) -> bool {
+        let released = match (self, hold) {
+            (FormRuntime::Lease(lease), Hold::Lease(token, _)) => {
+                lease.release(pool, id, token).await
+            }
+            (FormRuntime::RowLock(_), Hold::Conn(mut conn)) => conn.rollback().await.map(|()| true),
+            (FormRuntime::Advisory(advisory), Hold::Conn(mut conn)) => {
+                advisory.unlock(&mut conn, id).await.map(|()| true)
+            }
+            _ => unreachable!("each form claims its own hold"),
+        };
+        released.unwrap_or_else(|error| {
+            tracing::warn!(%error, id, "could not release a row; it is released when its lease \
+                expires or its connection closes");
+            false
+        })
+    }
+}
+
+/// The time as the database sees it: this host's clock corrected by its offset to the server's
+/// clock, measured at start and again every minute while the runner runs (so a step of this
+/// host's clock does not shorten or lengthen leases for long), so that leases and delays written
+/// by runners on several hosts agree. Times are kept to the microsecond, the precision PostgreSQL
+/// and MySQL store, and never beyond the year 9999, the last MySQL and SQLite text order keep.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Clock {
+    offset_micros: Arc<AtomicI64>,
+}
+
+impl Clock {
+    /// Corrects the clock by `server_now`, read by a query that started at `sent` and answered
+    /// at `received` (this host's times).
+    pub(crate) fn measure(
+        &self,
+        sent: DateTime<Utc>,
+        received: DateTime<Utc>,
+        server_now: DateTime<Utc>,
+    ) {
+        let midpoint = sent + (received - sent) / 2;
+        let offset = (server_now - midpoint).num_microseconds().unwrap_or(0);
+        self.offset_micros.store(offset, Ordering::Relaxed);
+    }
+
     pub(crate) fn now(&self) -> DateTime<Utc> {
-        (Utc::now() + self.offset).trunc_subsecs(6)
+        let offset = TimeDelta::microseconds(self.offset_micros.load(Ordering::Relaxed));
+        (Utc::now() + offset).trunc_subsecs(6)
     }
 
     /// `now` plus `delay`, to the microsecond.
     pub(crate) fn after(&self, delay: std::time::Duration) -> DateTime<Utc> {
-        let delay = chrono::TimeDelta::from_std(delay).unwrap_or(chrono::TimeDelta::MAX);
-        self.now()
-            .checked_add_signed(delay)
-            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        let last = NaiveDate::from_ymd_opt(9999, 12, 31)
+            .and_then(|day| day.and_hms_opt(23, 59, 59))
+            .expect("a valid date")
+            .and_utc();
+        TimeDelta::from_std(delay)
+            .ok()
+            .and_then(|delay| self.now().checked_add_signed(delay))
+            .map_or(last, |at| at.min(last))
             .trunc_subsecs(6)
     }
 }
@@ -49,16 +173,25 @@ impl Clock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::TimeDelta;
+    use chrono::Datelike as _;
 
     #[test]
     fn the_clock_follows_the_server() {
         let sent = Utc::now();
         let received = sent + TimeDelta::milliseconds(10);
         let server = sent + TimeDelta::seconds(60);
-        let clock = Clock::measured(sent, received, server);
+        let clock = Clock::default();
+        clock.measure(sent, received, server);
         let skew = clock.now() - Utc::now();
         assert!(skew > TimeDelta::seconds(59) && skew < TimeDelta::seconds(61));
         assert_eq!(clock.now().timestamp_subsec_nanos() % 1000, 0);
+    }
+
+    #[test]
+    fn far_delays_stop_at_the_year_9999() {
+        let clock = Clock::default();
+        assert_eq!(clock.after(std::time::Duration::MAX).year(), 9999);
+        let soon = clock.after(std::time::Duration::from_secs(1));
+        assert!(soon > clock.now() && soon.year() < 9999);
     }
 }

@@ -12,16 +12,6 @@ pub enum Form {
     Advisory,
 }
 
-impl Form {
-    pub(crate) fn label(&self) -> &'static str {
-        match self {
-            Form::RowLock => "row lock",
-            Form::Lease { .. } => "lease",
-            Form::Advisory => "advisory lock",
-        }
-    }
-}
-
 /// Everything the runner and the statements need to know about a mounted queue.
 #[derive(Debug, Clone)]
 pub struct QueueConfig {

@@ -13,6 +13,9 @@ use crate::table::{DeadLetter, Table};
 use config::QueueConfig;
 use state::*;
 
+/// The most deliveries one queue keeps in work at once.
+pub const MAX_WORKERS: usize = 10_000;
+
 /// The lease duration when none is given.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
@@ -212,14 +215,18 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self.with(|f| f, |a| a, |c| c, |b| b, |h| h)
     }
 
-    /// How many deliveries are in work at once (default 1).
+    /// How many deliveries are in work at once (default 1). One claim takes as many rows as there
+    /// are free workers, up to 1,000.
     ///
     /// # Panics
     ///
-    /// `n` is 0.
+    /// `n` is 0 or more than 10,000.
     #[track_caller]
     pub fn workers(mut self, n: usize) -> Self {
-        assert!(n > 0, "workers must be at least 1");
+        assert!(
+            (1..=MAX_WORKERS).contains(&n),
+            "workers must be between 1 and {MAX_WORKERS}, got {n}"
+        );
         self.workers = n;
         self
     }

@@ -12,7 +12,6 @@ use super::deliver::deliver;
 use super::launch::CallHandler;
 use super::{Counters, QueueReport, QueueRuntime};
 use crate::backend::Backend;
-use crate::form::FormRuntime;
 use crate::queue::state::Mode;
 
 /// After a wake-up finds nothing (the enqueue's transaction had not committed yet), the queue
@@ -23,6 +22,9 @@ const RECHECKS: [Duration; 4] = [
     Duration::from_millis(50),
     Duration::from_millis(250),
 ];
+
+/// The most rows one claim takes.
+pub(crate) const MAX_CLAIM: usize = 1000;
 
 /// Waits after a failed claim, doubling from 50 ms up to 5 s.
 #[derive(Debug)]
@@ -54,55 +56,58 @@ where
     let mut backoff = Backoff(Backoff::FIRST);
     let mut recheck: Option<usize> = None;
     let mut report = QueueReport::default();
-    let FormRuntime::Lease(lease) = &q.form;
 
     loop {
         // Wait for one free worker, then take every other free one: one claim fills them all.
         let mut permits = tokio::select! {
+            biased;
+            () = q.stop.cancelled() => break,
             permit = Arc::clone(&workers).acquire_many_owned(1) => {
                 permit.expect("the semaphore is never closed")
             }
-            () = q.stop.cancelled() => break,
         };
-        if let Ok(more) = Arc::clone(&workers)
-            .try_acquire_many_owned(u32::try_from(workers.available_permits()).unwrap_or(u32::MAX))
-        {
+        let free = workers.available_permits().min(MAX_CLAIM - 1);
+        if let Ok(more) = Arc::clone(&workers).try_acquire_many_owned(free as u32) {
             permits.merge(more);
         }
         let want = permits.num_permits();
 
         // A claim in flight is never cancelled: its rows would stay claimed until their lease
         // expired. It is awaited, and its rows released if the runner stopped meanwhile.
-        let claimed = match lease.claim(&q.pool, want).await {
+        let claimed = match q.form.claim(&q.pool, want).await {
             Ok(claimed) => claimed,
             Err(error) => {
                 drop(permits);
                 let wait = backoff.next();
                 tracing::warn!(queue = %q.label, %error, ?wait, "claim failed; retrying");
                 tokio::select! {
-                    () = tokio::time::sleep(wait) => continue,
+                    biased;
                     () = q.stop.cancelled() => break,
+                    () = tokio::time::sleep(wait) => continue,
                 }
             }
         };
         backoff.reset();
-        let got = claimed.rows.len();
+        let got = claimed.len();
         Counters::add(&q.stats.claimed, got as u64);
 
         if q.stop.is_cancelled() {
-            for row in &claimed.rows {
-                if let Ok(true) = lease.release(&q.pool, row.id, claimed.token).await {
+            for (row, hold) in claimed {
+                if q.form.release(&q.pool, row.id, hold).await {
                     report.released += 1;
                     Counters::add(&q.stats.released, 1);
+                    q.note_unlock();
                 }
             }
             break;
         }
-        for row in claimed.rows {
+        for (row, hold) in claimed {
             let permit = permits.split(1).expect("one permit per claimed row");
             let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
+            q.stats.in_work.fetch_add(1, Ordering::Relaxed);
             deliveries.spawn(async move {
-                deliver::<DB, M, H>(&q, &*handler, row, claimed.token).await;
+                deliver::<DB, M, H>(&q, &*handler, row, hold).await;
+                q.stats.in_work.fetch_sub(1, Ordering::Relaxed);
                 drop(permit);
             });
         }
@@ -125,16 +130,17 @@ where
             }
         };
         tokio::select! {
+            biased;
+            () = q.stop.cancelled() => break,
             () = q.wake.notified() => recheck = Some(0),
             () = tokio::time::sleep(wait) => {}
-            () = q.stop.cancelled() => break,
         }
     }
 
-    report.in_work = (q.workers - workers.available_permits()) as u64;
     deliveries.close();
     deliveries.wait().await;
     report.cancelled = q.cancelled.load(Ordering::Relaxed);
     report.released += q.cancelled_released.load(Ordering::Relaxed);
+    report.keys_released = q.unlocked_after_stop.load(Ordering::Relaxed);
     report
 }

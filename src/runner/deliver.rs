@@ -1,7 +1,9 @@
-//! One delivery: run the handler, keep its lease while it works, settle by its outcome.
+//! One delivery: run the handler (keeping a lease while it works), settle by its outcome.
 
 use std::any::Any;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -16,15 +18,19 @@ use super::{Counters, QueueRuntime};
 use crate::backend::{Backend, ClaimedRow};
 use crate::delivery::{Delivery, Outcome, Settle};
 use crate::error::Error;
-use crate::form::FormRuntime;
+use crate::form::lease::LeaseForm;
+use crate::form::{FormRuntime, Hold};
 use crate::queue::state::Mode;
+
+/// What the handler's future gave: its outcome, or the payload of its panic.
+type Handled = std::thread::Result<Outcome>;
 
 /// Runs one delivery to its settlement, in a span naming the queue, row and attempt.
 pub(super) async fn deliver<DB, M, H>(
     q: &Arc<QueueRuntime<DB>>,
     handler: &H,
     row: ClaimedRow,
-    token: DateTime<Utc>,
+    hold: Hold<DB>,
 ) where
     DB: Backend,
     M: Mode,
@@ -40,7 +46,7 @@ pub(super) async fn deliver<DB, M, H>(
         attempt,
         outcome = tracing::field::Empty,
     );
-    run::<DB, M, H>(q, handler, row, attempt, token)
+    run::<DB, M, H>(q, handler, row, attempt, hold)
         .instrument(span)
         .await;
 }
@@ -50,71 +56,36 @@ async fn run<DB, M, H>(
     handler: &H,
     row: ClaimedRow,
     attempt: u32,
-    mut token: DateTime<Utc>,
+    mut hold: Hold<DB>,
 ) where
     DB: Backend,
     M: Mode,
     H: CallHandler<DB, M>,
 {
-    let FormRuntime::Lease(lease) = &q.form;
     let id = row.id;
     let delivery = Delivery::<DB, M>::new(id, row.payload, attempt, q.group.clone());
-    let handled = AssertUnwindSafe(handler.call(delivery)).catch_unwind();
+    // The call itself runs inside the guard too: a handler may panic before its first await.
+    let handled = AssertUnwindSafe(async move { handler.call(delivery).await }).catch_unwind();
     tokio::pin!(handled);
 
-    // The lease is extended every half lease while the handler runs; the handler is polled
-    // during the extension too, so a slow statement never stalls it.
-    let half = lease.duration / 2;
-    let mut next_extension = Instant::now() + half;
-    let mut lost = false;
-    let result = loop {
-        tokio::select! {
+    let result = match (&q.form, &mut hold) {
+        (FormRuntime::Lease(lease), Hold::Lease(token, taken)) => {
+            keep_lease(q, lease, id, token, *taken, handled).await
+        }
+        _ => tokio::select! {
             biased;
-            result = &mut handled => break Some(result),
-            () = q.abort.cancelled() => break None,
-            () = tokio::time::sleep_until(next_extension), if !lost => {}
-        }
-        let extension = lease.extend(&q.pool, id, token);
-        tokio::pin!(extension);
-        let mut finished = None;
-        let extended = loop {
-            tokio::select! {
-                extended = &mut extension => break extended,
-                result = &mut handled, if finished.is_none() => finished = Some(result),
-            }
-        };
-        match extended {
-            Ok(Some(new_token)) => {
-                token = new_token;
-                next_extension = Instant::now() + half;
-            }
-            Ok(None) => {
-                lost = true;
-                tracing::warn!(
-                    "lease lost while the handler was running: its settlement will fail"
-                );
-            }
-            Err(error) => {
-                let retry_in = (half / 4).max(Duration::from_millis(5));
-                tracing::warn!(%error, ?retry_in, "lease extension failed; trying again");
-                next_extension = Instant::now() + retry_in;
-            }
-        }
-        if let Some(result) = finished {
-            break Some(result);
-        }
+            result = &mut handled => Some(result),
+            () = q.abort.cancelled() => None,
+        },
     };
 
     let Some(result) = result else {
         // Cancelled at the shutdown timeout: the row goes back unsettled, at once.
         q.cancelled.fetch_add(1, Ordering::Relaxed);
-        match lease.release(&q.pool, id, token).await {
-            Ok(true) => {
-                q.cancelled_released.fetch_add(1, Ordering::Relaxed);
-                Counters::add(&q.stats.released, 1);
-            }
-            Ok(false) => {}
-            Err(error) => tracing::warn!(%error, "could not release a cancelled delivery"),
+        if q.form.release(&q.pool, id, hold).await {
+            q.cancelled_released.fetch_add(1, Ordering::Relaxed);
+            Counters::add(&q.stats.released, 1);
+            q.note_unlock();
         }
         tracing::warn!("handler cancelled at the shutdown timeout; its row was released");
         return;
@@ -131,7 +102,9 @@ async fn run<DB, M, H>(
         }
     };
     tracing::Span::current().record("outcome", outcome.name());
-    match lease.settle(&q.pool, id, token, outcome).await {
+    let settled = q.form.settle(&q.pool, id, hold, outcome).await;
+    q.note_unlock();
+    match settled {
         Ok(()) => {
             let counter = match outcome.0 {
                 Settle::Ack => &q.stats.acked,
@@ -148,8 +121,62 @@ async fn run<DB, M, H>(
             Counters::add(&q.stats.failed, 1);
             tracing::error!(
                 %error,
-                "settlement failed; the row is delivered again when its lease expires"
+                "settlement failed; the row returns to the queue unsettled"
             );
+        }
+    }
+}
+
+/// Awaits the handler while extending its lease every half lease (the handler is polled during
+/// an extension too, so a slow statement never stalls it). `None` when cancelled at the
+/// shutdown timeout.
+async fn keep_lease<DB: Backend>(
+    q: &QueueRuntime<DB>,
+    lease: &LeaseForm,
+    id: i64,
+    token: &mut DateTime<Utc>,
+    taken: Instant,
+    mut handled: Pin<&mut impl Future<Output = Handled>>,
+) -> Option<Handled> {
+    let half = lease.duration / 2;
+    let mut next_extension = taken + half;
+    let mut lost = false;
+    loop {
+        tokio::select! {
+            biased;
+            result = &mut handled => return Some(result),
+            () = q.abort.cancelled() => return None,
+            () = tokio::time::sleep_until(next_extension), if !lost => {}
+        }
+        let extension = lease.extend(&q.pool, id, *token);
+        tokio::pin!(extension);
+        let mut finished = None;
+        let extended = loop {
+            tokio::select! {
+                extended = &mut extension => break extended,
+                result = &mut handled, if finished.is_none() => finished = Some(result),
+                () = q.abort.cancelled(), if finished.is_none() => return None,
+            }
+        };
+        match extended {
+            Ok(Some(new_token)) => {
+                *token = new_token;
+                next_extension = Instant::now() + half;
+            }
+            Ok(None) => {
+                lost = true;
+                tracing::warn!(
+                    "lease lost while the handler was running: its settlement will fail"
+                );
+            }
+            Err(error) => {
+                let retry_in = (half / 4).max(Duration::from_millis(5));
+                tracing::warn!(%error, ?retry_in, "lease extension failed; trying again");
+                next_extension = Instant::now() + retry_in;
+            }
+        }
+        if finished.is_some() {
+            return finished;
         }
     }
 }

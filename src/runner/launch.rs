@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::Pool;
@@ -45,6 +45,8 @@ pub struct QueueRuntime<DB: Backend> {
     pub(crate) cancelled: AtomicU64,
     /// Of those, the ones whose row was released (the lease was still theirs).
     pub(crate) cancelled_released: AtomicU64,
+    /// Advisory keys released by deliveries that ended after the runner began to stop.
+    pub(crate) unlocked_after_stop: AtomicU64,
 }
 
 impl<DB: Backend> QueueRuntime<DB> {
@@ -70,6 +72,16 @@ impl<DB: Backend> QueueRuntime<DB> {
             stats,
             cancelled: AtomicU64::new(0),
             cancelled_released: AtomicU64::new(0),
+            unlocked_after_stop: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<DB: Backend> QueueRuntime<DB> {
+    /// Counts an advisory key released once the runner began to stop.
+    pub(crate) fn note_unlock(&self) {
+        if self.stop.is_cancelled() && matches!(self.form, FormRuntime::Advisory(_)) {
+            self.unlocked_after_stop.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

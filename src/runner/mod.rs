@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::Backend;
 use crate::error::Result;
+use crate::form::Clock;
 use crate::queue::Queue;
 use crate::queue::state::{
     AttemptState, BatchState, CapComplete, ClaimForm, FormOn, HasHandler, Mode,
@@ -26,6 +27,9 @@ pub(crate) use launch::QueueRuntime;
 
 /// How often an idle queue looks for rows when nothing wakes it (default).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often a running runner measures its offset to the server's clock again.
+const CLOCK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long [`Running::shutdown`] waits for handlers in work before cancelling them (default).
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -126,13 +130,16 @@ impl<DB: Backend> Runner<DB> {
     /// [`Error::ServerTooOld`]: crate::Error::ServerTooOld
     /// [`Error::Database`]: crate::Error::Database
     pub async fn start(self) -> Result<Running> {
-        let clock = schema::server_clock(&self.pool).await?;
+        let configs: Vec<_> = self.queues.iter().map(|launch| launch.config()).collect();
+        schema::check_together(&self.pool, &configs)?;
+        let clock = Clock::default();
+        let server_clock = schema::measure_clock(&self.pool, &clock).await?;
         let stop = CancellationToken::new();
         let abort = CancellationToken::new();
         let stats = Arc::new(Counters::default());
         let mut prepared = Vec::with_capacity(self.queues.len());
         for launch in self.queues {
-            let form = schema::prepare(&self.pool, launch.config(), clock).await?;
+            let form = schema::prepare(&self.pool, launch.config(), clock.clone()).await?;
             prepared.push((launch, form));
         }
         let tasks = prepared
@@ -150,7 +157,22 @@ impl<DB: Backend> Runner<DB> {
                 launch.spawn(runtime)
             })
             .collect();
+        let clock_task = server_clock.then(|| {
+            let (pool, stop) = (self.pool.clone(), stop.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = tokio::time::sleep(CLOCK_INTERVAL) => {}
+                        () = stop.cancelled() => return,
+                    }
+                    if let Err(error) = schema::measure_clock(&pool, &clock).await {
+                        tracing::debug!(%error, "could not measure the server's clock");
+                    }
+                }
+            })
+        });
         Ok(Running {
+            clock_task,
             stop,
             abort,
             tasks,
@@ -174,6 +196,7 @@ impl<DB: Backend> fmt::Debug for Runner<DB> {
 /// it stops claiming, and lets deliveries in work finish in the background.
 #[must_use = "dropping `Running` stops its queues; call `shutdown().await` to wait for them"]
 pub struct Running {
+    clock_task: Option<JoinHandle<()>>,
     stop: CancellationToken,
     abort: CancellationToken,
     tasks: Vec<JoinHandle<QueueReport>>,
@@ -195,6 +218,10 @@ impl Running {
     ///
     /// None today; the `Result` leaves room for failures to report.
     pub async fn shutdown(mut self) -> Result<ShutdownReport> {
+        let mut report = ShutdownReport {
+            in_work: self.stats.in_work.load(Ordering::Relaxed),
+            ..ShutdownReport::default()
+        };
         self.stop.cancel();
         let tasks = std::mem::take(&mut self.tasks);
         let abort = self.abort.clone();
@@ -203,14 +230,18 @@ impl Running {
             tokio::time::sleep(timeout).await;
             abort.cancel();
         });
-        let mut report = ShutdownReport::default();
         for task in tasks {
-            // A queue task that panicked has nothing left to release.
-            if let Ok(queue) = task.await {
-                report.in_work += queue.in_work;
-                report.cancelled += queue.cancelled;
-                report.released += queue.released;
-            }
+            let queue = match task.await {
+                Ok(queue) => queue,
+                Err(error) => {
+                    // A queue task that panicked has nothing left to release.
+                    tracing::error!(%error, "a queue's task failed");
+                    continue;
+                }
+            };
+            report.cancelled += queue.cancelled;
+            report.released += queue.released;
+            report.keys_released += queue.keys_released;
         }
         deadline.abort();
         Ok(report)
@@ -220,6 +251,9 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop.cancel();
+        if let Some(task) = &self.clock_task {
+            task.abort();
+        }
     }
 }
 
@@ -236,20 +270,23 @@ impl fmt::Debug for Running {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ShutdownReport {
-    /// Deliveries in work when shutdown began (finished and settled, unless cancelled).
+    /// Deliveries in work when `shutdown` was called (finished and settled, unless cancelled).
     pub in_work: u64,
     /// Handlers cancelled at the shutdown timeout.
     pub cancelled: u64,
     /// Rows released unsettled: claimed but not started, or cancelled.
     pub released: u64,
+    /// Advisory keys released by the deliveries in work when shutdown began (settled or
+    /// cancelled): every key the runner held.
+    pub keys_released: u64,
 }
 
 /// What one queue's task reports when it ends.
 #[derive(Debug, Default)]
 pub struct QueueReport {
-    pub(crate) in_work: u64,
     pub(crate) cancelled: u64,
     pub(crate) released: u64,
+    pub(crate) keys_released: u64,
 }
 
 /// Counts of what a runner has done, from [`Running::stats`].
@@ -276,6 +313,8 @@ pub struct Stats {
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
+    /// Deliveries in work now (a gauge).
+    pub(crate) in_work: AtomicU64,
     pub(crate) claimed: AtomicU64,
     pub(crate) acked: AtomicU64,
     pub(crate) dropped: AtomicU64,

@@ -7,15 +7,18 @@ use chrono::Utc;
 use sqlx::{Pool, SqlStr};
 
 use crate::backend::{Backend, query_values};
-use crate::dialect::{self, Dialect, Names, Value};
+use crate::dialect::{self, Dialect, Names, Stmt, Value};
 use crate::error::{Error, Result, SchemaError};
+use crate::form::advisory::{AdvisoryForm, Keys, fnv1a_32};
 use crate::form::lease::LeaseForm;
+use crate::form::row_lock::RowLockForm;
 use crate::form::{Clock, FormRuntime};
 use crate::queue::config::{Form, QueueConfig};
 use crate::table::table_parts;
 
-/// Reads the server's version (refusing servers without `SKIP LOCKED`) and measures its clock.
-pub(super) async fn server_clock<DB: Backend>(pool: &Pool<DB>) -> Result<Clock> {
+/// Reads the server's version (refusing servers without `SKIP LOCKED`) and corrects `clock` by
+/// the server's. Returns whether the server has a clock of its own (SQLite shares this host's).
+pub(super) async fn measure_clock<DB: Backend>(pool: &Pool<DB>, clock: &Clock) -> Result<bool> {
     let mut conn = pool.acquire().await?;
     let sent = Utc::now();
     let (version, server_now) = DB::server(&mut conn).await?;
@@ -23,7 +26,10 @@ pub(super) async fn server_clock<DB: Backend>(pool: &Pool<DB>) -> Result<Clock> 
     if DB::DIALECT == Dialect::MySql {
         check_mysql_version(&version)?;
     }
-    Ok(server_now.map_or_else(Clock::default, |now| Clock::measured(sent, received, now)))
+    if let Some(now) = server_now {
+        clock.measure(sent, received, now);
+    }
+    Ok(server_now.is_some())
 }
 
 /// MySQL 8.0.1 and MariaDB 10.6 are the first with `SKIP LOCKED`.
@@ -64,12 +70,79 @@ pub(super) async fn prepare<DB: Backend>(
     let mut conn = pool.acquire().await?;
     check_columns::<DB>(&mut conn, config, &names).await?;
 
-    let Form::Lease { duration, .. } = &config.form else {
-        unreachable!("refused above");
+    let group = config.name.as_deref().map(Arc::<str>::from);
+    let with_attempt = config.attempt.is_some();
+    let table = Arc::<str>::from(config.table.name.as_str());
+    let form = match &config.form {
+        Form::Lease { duration, .. } => {
+            let sql = dialect::lease(&names, config.workers.min(super::claim::MAX_CLAIM));
+            prepare_all::<DB>(&mut conn, config, &sql.statements()).await?;
+            FormRuntime::Lease(LeaseForm {
+                sql,
+                duration: *duration,
+                group,
+                with_attempt,
+                clock,
+                queue: config.label().into(),
+                table,
+            })
+        }
+        Form::RowLock => {
+            let sql = dialect::row_lock(&names);
+            let mut statements = vec![&sql.claim, &sql.finish];
+            statements.extend(sql.retry.iter().chain(&sql.retry_after));
+            prepare_all::<DB>(&mut conn, config, &statements).await?;
+            FormRuntime::RowLock(RowLockForm {
+                sql,
+                group,
+                with_attempt,
+                clock,
+                table,
+            })
+        }
+        Form::Advisory => {
+            let sql = dialect::advisory(&names);
+            let mut statements = vec![&sql.candidates, &sql.take, &sql.finish];
+            statements.extend(sql.lock.iter().chain(&sql.unlock));
+            statements.extend(sql.count.iter().chain(&sql.retry_after));
+            prepare_all::<DB>(&mut conn, config, &statements).await?;
+            let keys = match DB::DIALECT {
+                Dialect::Postgres => Keys::postgres(&config.table.name),
+                Dialect::MySql => {
+                    let database = match table_parts(&config.table.name)? {
+                        (Some(schema), _) => schema.to_owned(),
+                        (None, _) => {
+                            let current = SqlStr::from_static("SELECT DATABASE()");
+                            DB::fetch_text(&mut conn, query_values::<DB>(current, &[]))
+                                .await?
+                                .unwrap_or_default()
+                        }
+                    };
+                    Keys::mysql(&database, &config.table.name)
+                }
+                Dialect::Sqlite => Keys::in_process(&config.table.name),
+            };
+            FormRuntime::Advisory(AdvisoryForm {
+                sql,
+                keys,
+                group,
+                with_attempt,
+                clock,
+                table,
+            })
+        }
     };
-    let sql = dialect::lease(&names, config.workers);
-    for stmt in sql.statements() {
-        DB::prepare(&mut conn, stmt).await.map_err(|source| {
+    Ok(form)
+}
+
+/// Prepares each statement, so that the server checks it before anything is claimed.
+async fn prepare_all<DB: Backend>(
+    conn: &mut DB::Connection,
+    config: &QueueConfig,
+    statements: &[&Stmt],
+) -> Result<()> {
+    for stmt in statements {
+        DB::prepare(conn, stmt).await.map_err(|source| {
             Error::Schema(Box::new(SchemaError {
                 queue: config.label().to_owned(),
                 table: config.table.name.clone(),
@@ -80,15 +153,50 @@ pub(super) async fn prepare<DB: Backend>(
             }))
         })?;
     }
-    Ok(FormRuntime::Lease(LeaseForm {
-        sql,
-        duration: *duration,
-        group: config.name.as_deref().map(Into::into),
-        with_attempt: config.attempt.is_some(),
-        clock,
-        queue: config.label().into(),
-        table: Arc::from(config.table.name.as_str()),
-    }))
+    Ok(())
+}
+
+/// Checks what the mounted queues need together: pooled connections for the forms that hold one
+/// per delivery, and advisory key classes that do not collide.
+pub(super) fn check_together<DB: Backend>(pool: &Pool<DB>, queues: &[&QueueConfig]) -> Result<()> {
+    let held: usize = queues
+        .iter()
+        .filter(|config| !matches!(config.form, Form::Lease { .. }))
+        .map(|config| config.workers)
+        .sum();
+    let max = pool.options().get_max_connections() as usize;
+    if held > 0 && held + 1 > max {
+        let names: Vec<&str> = queues.iter().map(|config| config.label()).collect();
+        return Err(Error::declaration(
+            &names.join(", "),
+            format!(
+                "the row lock and advisory lock forms hold a pooled connection per delivery in \
+                 work: these queues need {held} connections for their workers and one more for \
+                 claims and settlements, and the pool has at most {max}; raise the pool's \
+                 max_connections to {} or lower `workers`",
+                held + 1
+            ),
+        ));
+    }
+    if DB::DIALECT == Dialect::Postgres {
+        let mut classes: Vec<(u32, &str)> = queues
+            .iter()
+            .filter(|config| matches!(config.form, Form::Advisory))
+            .map(|config| (fnv1a_32(&config.table.name), config.table.name.as_str()))
+            .collect();
+        classes.sort_unstable();
+        classes.dedup();
+        if let Some(pair) = classes.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+            return Err(Error::declaration(
+                pair[1].1,
+                format!(
+                    "the advisory keys of tables `{}` and `{}` share a class; rename one",
+                    pair[0].1, pair[1].1
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Declarations that type-check but that this version cannot run yet, or that contradict the
@@ -104,9 +212,6 @@ fn refuse_unbuilt(config: &QueueConfig) -> Result<()> {
             ),
         ))
     };
-    if !matches!(config.form, Form::Lease { .. }) {
-        return unbuilt(&format!("the {} form", config.form.label()));
-    }
     if config.transactional {
         return unbuilt("transactional mode");
     }
@@ -179,7 +284,9 @@ impl Kind {
                     "timestamp with time zone" | "timestamp(6) with time zone"
                 )
             }
-            (Kind::Time, Dialect::MySql) => matches!(ty, "datetime(6)" | "timestamp(6)"),
+            // Not TIMESTAMP: before MariaDB 10.10 its first column defaults to the current time and
+            // is updated with the row, and its range ends in 2038.
+            (Kind::Time, Dialect::MySql) => ty == "datetime(6)",
             (Kind::Time, Dialect::Sqlite) => {
                 ty.is_empty()
                     || ["text", "char", "date", "time"]
@@ -197,7 +304,7 @@ impl Kind {
             (Kind::Bytes, Dialect::Sqlite) => "BLOB",
             (Kind::Text, _) => "a text type",
             (Kind::Time, Dialect::Postgres) => "TIMESTAMPTZ (microseconds)",
-            (Kind::Time, Dialect::MySql) => "DATETIME(6) or TIMESTAMP(6)",
+            (Kind::Time, Dialect::MySql) => "DATETIME(6)",
             (Kind::Time, Dialect::Sqlite) => "TEXT (RFC 3339, as sqlx writes chrono times)",
         }
     }
@@ -217,7 +324,7 @@ async fn check_columns<DB: Backend>(
         Dialect::Sqlite => vec![Value::Text(Some(bare)), Value::Text(schema)],
     };
     let sql = SqlStr::from_static(dialect::catalog(DB::DIALECT));
-    let columns = DB::fetch_pairs(conn, query_values::<DB>(sql, &values)).await?;
+    let columns = DB::fetch_triples(conn, query_values::<DB>(sql, &values)).await?;
     let schema_error = |column: Option<&str>, reason: String| {
         Error::schema(config.label(), &table.name, column, reason)
     };
@@ -250,7 +357,7 @@ async fn check_columns<DB: Backend>(
         Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
     };
     for (role, column, kind) in roles {
-        let Some((_, ty)) = columns.iter().find(|(name, _)| same(name, column)) else {
+        let Some((_, ty, nullable)) = columns.iter().find(|(name, _, _)| same(name, column)) else {
             return Err(schema_error(
                 Some(column),
                 format!("the {role} column does not exist"),
@@ -264,6 +371,21 @@ async fn check_columns<DB: Backend>(
                     DB::DIALECT.product(),
                     kind.expected(DB::DIALECT)
                 ),
+            ));
+        }
+        // Time roles are NULL until set; payload and attempt are read as values.
+        let needs_null = matches!(kind, Kind::Time);
+        let needs_value = matches!(role, "payload" | "attempt");
+        if needs_null && nullable != "YES" {
+            return Err(schema_error(
+                Some(column),
+                format!("the {role} column must take NULL (NULL means not set)"),
+            ));
+        }
+        if needs_value && nullable == "YES" {
+            return Err(schema_error(
+                Some(column),
+                format!("the {role} column must be NOT NULL"),
             ));
         }
     }

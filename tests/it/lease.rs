@@ -188,16 +188,27 @@ async fn retry_after_without_its_column_is_a_retry() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_settlement_that_finds_another_token_is_lease_lost_and_changes_nothing() {
+/// Runs one delivery whose row another claim takes while the handler works, settled with
+/// `outcome`: the settlement must find the other token, count a lost lease and change nothing.
+async fn lease_lost_on(outcome: Outcome, processed_at: bool) {
     let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-    let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let t = ctx
+        .table(Spec {
+            processed_at,
+            ..Spec::lease()
+        })
+        .await;
+    let table = if processed_at {
+        jobs(&t).processed_at("processed_at")
+    } else {
+        jobs(&t)
+    };
+    let id = table.enqueue(&ctx.pool, Job::new("x")).await.unwrap();
     let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
     let (tx, mut seen) = mpsc::unbounded_channel();
     let pool = ctx.pool.clone();
     let steal = format!("UPDATE {t} SET locked_until = ? WHERE id = {id}");
-    let queue = Queue::table(jobs(&t))
+    let queue = Queue::table(table)
         .lease("locked_until")
         .attempt("attempt")
         .handler(move |d: Delivery<Db>| {
@@ -208,7 +219,7 @@ async fn a_settlement_that_finds_another_token_is_lease_lost_and_changes_nothing
                     .await
                     .unwrap();
                 let _ = tx.send(d.id());
-                Outcome::ack()
+                outcome
             }
         });
     let running = runner(&ctx).mount(queue).start().await.unwrap();
@@ -218,11 +229,36 @@ async fn a_settlement_that_finds_another_token_is_lease_lost_and_changes_nothing
         running.stats().lease_lost == 1
     })
     .await;
-    assert_eq!(running.stats().acked, 0);
+    let stats = running.stats();
+    assert_eq!((stats.acked, stats.dropped, stats.retried), (0, 0, 0));
     // The row is untouched: it belongs to the later claim.
-    assert_eq!(ctx.count(&t, &format!("id = {id} AND locked_until IS NOT NULL")).await, 1);
+    let untouched = format!(
+        "id = {id} AND locked_until IS NOT NULL AND retry_after IS NULL AND attempt = 2{}",
+        if processed_at { " AND processed_at IS NULL" } else { "" }
+    );
+    assert_eq!(ctx.count(&t, &untouched).await, 1, "{outcome:?}");
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ack_that_finds_another_token_is_lease_lost_and_changes_nothing() {
+    lease_lost_on(Outcome::ack(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_marking_ack_that_finds_another_token_is_lease_lost() {
+    lease_lost_on(Outcome::drop(), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_that_finds_another_token_is_lease_lost() {
+    lease_lost_on(Outcome::retry(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_that_finds_another_token_is_lease_lost() {
+    lease_lost_on(Outcome::retry_after(Duration::from_secs(60)), false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,13 +270,13 @@ async fn a_handler_longer_than_its_lease_keeps_its_row() {
     let slow = |deliveries: Arc<Mutex<Vec<i64>>>| {
         Queue::table(jobs(&t))
             .lease("locked_until")
-            .lease_duration(Duration::from_millis(800))
+            .lease_duration(Duration::from_millis(1200))
             .attempt("attempt")
             .handler(move |d: Delivery<Db>| {
                 deliveries.lock().unwrap().push(d.id());
                 async move {
                     // Work for three leases; the runner extends the lease meanwhile.
-                    tokio::time::sleep(Duration::from_millis(2400)).await;
+                    tokio::time::sleep(Duration::from_millis(3600)).await;
                     Outcome::ack()
                 }
             })

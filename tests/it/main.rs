@@ -9,8 +9,10 @@
 mod examples;
 mod support;
 
+include!("held.rs");
+
 macro_rules! per_database {
-    ($($db:ident => $ty:ty),* $(,)?) => {$(
+    ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
         mod $db {
             #[allow(unused_imports)]
             use crate::support::{Ctx, Spec, recv, wait_for};
@@ -36,12 +38,15 @@ macro_rules! per_database {
                 use super::*;
                 include!("docs.rs");
             }
+            held_form_tests!(advisory, advisory_lock, true);
+            $(held_form_tests!($row_lock, row_lock, false);)?
         }
     )*};
 }
 
+// SQLite has no row locks: `.row_lock()` does not compile there.
 per_database! {
-    sqlite => sqlx::Sqlite,
-    postgres => sqlx::Postgres,
-    mysql => sqlx::MySql,
+    sqlite => sqlx::Sqlite;
+    postgres => sqlx::Postgres, row_lock;
+    mysql => sqlx::MySql, row_lock;
 }

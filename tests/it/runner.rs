@@ -97,13 +97,14 @@ async fn shutdown_finishes_deliveries_in_work_and_leaves_no_lease() {
     }
     assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 4);
 
-    let shutdown = tokio::spawn(running.shutdown());
+    // The first poll of `shutdown` counts the deliveries in work and stops claiming.
+                let mut shutdown = Box::pin(running.shutdown());
+                assert!(futures::poll!(&mut shutdown).is_pending());
     // Shutdown waits for the handlers: let them finish now.
     gate.add_permits(4);
     let report = tokio::time::timeout(Duration::from_secs(10), shutdown)
         .await
         .expect("shutdown returns once its handlers finish")
-        .unwrap()
         .unwrap();
     assert_eq!(report.in_work, 4);
     assert_eq!(report.cancelled, 0);

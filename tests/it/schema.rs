@@ -105,6 +105,31 @@ async fn a_group_column_and_a_queue_name_go_together() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_time_column_that_cannot_be_null_or_a_payload_that_can_is_named() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let strict = format!("{t}_strict");
+    let time = <Db as crate::support::TestDb>::TIME;
+    let ddl = <Db as crate::support::TestDb>::ddl(&strict, Spec::lease()).replace(
+        &format!("locked_until {time}"),
+        &format!("locked_until {time} NOT NULL"),
+    );
+    ctx.exec(&ddl).await;
+    let error = schema_error(start(&ctx, Table::new(&strict)).await);
+    assert_eq!(error.column.as_deref(), Some("locked_until"));
+    assert!(error.reason.contains("NULL"), "{error}");
+    ctx.exec(&format!("DROP TABLE {strict}")).await;
+
+    let loose = format!("{t}_loose");
+    let ddl = <Db as crate::support::TestDb>::ddl(&loose, Spec::lease()).replace(" NOT NULL,", ",");
+    ctx.exec(&ddl).await;
+    let error = schema_error(start(&ctx, Table::new(&loose)).await);
+    assert_eq!(error.column.as_deref(), Some("payload"));
+    ctx.exec(&format!("DROP TABLE {loose}")).await;
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn declarations_not_built_yet_are_refused_at_start() {
     let Some(mut ctx) = Ctx::<Db>::new().await else { return };
     let t = ctx.table(Spec::lease()).await;
@@ -113,6 +138,22 @@ async fn declarations_not_built_yet_are_refused_at_start() {
         .transactional()
         .handler(|_: Delivery<Db, sqlx_queue::Transactional>| async { Outcome::ack() });
     let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
+    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
+    let capped = Queue::table(Table::new(&t))
+        .lease("locked_until")
+        .attempt("attempt")
+        .max_attempts(3)
+        .dead_letter(sqlx_queue::DeadLetter::table("elsewhere"))
+        .handler(|_: Delivery<Db>| async { Outcome::ack() });
+    let refused = Runner::new(ctx.pool.clone()).mount(capped).start().await;
+    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
+    let batched = Queue::table(Table::new(&t))
+        .lease("locked_until")
+        .batch(8)
+        .batch_handler(|batch: Vec<Delivery<Db>>| async move {
+            batch.iter().map(|_| Outcome::ack()).collect()
+        });
+    let refused = Runner::new(ctx.pool.clone()).mount(batched).start().await;
     assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
     ctx.drop_tables().await;
 }

@@ -37,8 +37,12 @@ pub(crate) trait TestDb: Backend + Sized {
     /// The environment variable with the server's URL (`None`: SQLite, always available).
     const URL_VAR: Option<&'static str>;
     const LABEL: &'static str;
+    /// The type of time columns.
+    const TIME: &'static str;
 
-    fn connect(url: Option<&str>) -> impl Future<Output = Pool<Self>> + Send;
+    fn connect(url: Option<&str>, max: u32) -> impl Future<Output = Pool<Self>> + Send;
+    /// A trigger that makes every `DELETE` on `table` fail.
+    fn failing_delete(table: &str) -> String;
     fn exec(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<()>> + Send;
     fn exec_time(
         pool: &Pool<Self>,
@@ -102,23 +106,31 @@ fn placeholders<DB: TestDb>(sql: &str) -> String {
 impl TestDb for sqlx::Sqlite {
     const URL_VAR: Option<&'static str> = None;
     const LABEL: &'static str = "sqlite";
+    const TIME: &'static str = "TEXT";
 
-    async fn connect(_url: Option<&str>) -> Pool<Self> {
+    async fn connect(url: Option<&str>, max: u32) -> Pool<Self> {
         use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-        let file = std::env::temp_dir().join(format!("sqlx-queue-test-{}.db", unique()));
+        let file = url.expect("a file");
         let options = SqliteConnectOptions::new()
             .filename(&file)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(10));
         SqlitePoolOptions::new()
-            .max_connections(8)
+            .max_connections(max)
             .connect_with(options)
             .await
             .expect("a SQLite file in the temporary directory")
     }
 
     test_db_common!();
+
+    fn failing_delete(table: &str) -> String {
+        format!(
+            "CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} \
+             BEGIN SELECT RAISE(ABORT, 'deletes refused'); END"
+        )
+    }
 
     fn ddl(table: &str, spec: Spec) -> String {
         columns(
@@ -128,7 +140,7 @@ impl TestDb for sqlx::Sqlite {
             "BLOB NOT NULL",
             "TEXT",
             "INTEGER",
-            "TEXT",
+            Self::TIME,
         )
     }
 }
@@ -136,10 +148,11 @@ impl TestDb for sqlx::Sqlite {
 impl TestDb for sqlx::Postgres {
     const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_PG_URL");
     const LABEL: &'static str = "postgres";
+    const TIME: &'static str = "TIMESTAMPTZ";
 
-    async fn connect(url: Option<&str>) -> Pool<Self> {
+    async fn connect(url: Option<&str>, max: u32) -> Pool<Self> {
         sqlx::postgres::PgPoolOptions::new()
-            .max_connections(12)
+            .max_connections(max)
             .acquire_timeout(Duration::from_secs(20))
             .connect(url.expect("a URL"))
             .await
@@ -147,6 +160,15 @@ impl TestDb for sqlx::Postgres {
     }
 
     test_db_common!();
+
+    fn failing_delete(table: &str) -> String {
+        format!(
+            "CREATE FUNCTION {table}_refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION 'deletes refused'; END $$; \
+             CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} \
+             FOR EACH ROW EXECUTE FUNCTION {table}_refuse()"
+        )
+    }
 
     fn ddl(table: &str, spec: Spec) -> String {
         columns(
@@ -156,7 +178,7 @@ impl TestDb for sqlx::Postgres {
             "BYTEA NOT NULL",
             "TEXT",
             "INT",
-            "TIMESTAMPTZ",
+            Self::TIME,
         )
     }
 }
@@ -164,10 +186,11 @@ impl TestDb for sqlx::Postgres {
 impl TestDb for sqlx::MySql {
     const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_MYSQL_URL");
     const LABEL: &'static str = "mysql";
+    const TIME: &'static str = "DATETIME(6)";
 
-    async fn connect(url: Option<&str>) -> Pool<Self> {
+    async fn connect(url: Option<&str>, max: u32) -> Pool<Self> {
         sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(12)
+            .max_connections(max)
             .acquire_timeout(Duration::from_secs(20))
             .connect(url.expect("a URL"))
             .await
@@ -175,6 +198,13 @@ impl TestDb for sqlx::MySql {
     }
 
     test_db_common!();
+
+    fn failing_delete(table: &str) -> String {
+        format!(
+            "CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} FOR EACH ROW \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'deletes refused'"
+        )
+    }
 
     fn ddl(table: &str, spec: Spec) -> String {
         columns(
@@ -184,7 +214,7 @@ impl TestDb for sqlx::MySql {
             "LONGBLOB NOT NULL",
             "VARCHAR(64)",
             "INT",
-            "DATETIME(6)",
+            Self::TIME,
         )
     }
 }
@@ -230,14 +260,26 @@ pub(crate) fn unique() -> String {
 /// One test's database.
 pub(crate) struct Ctx<DB: TestDb> {
     pub(crate) pool: Pool<DB>,
+    /// The server's URL, or (SQLite) the database file.
+    pub(crate) url: Option<String>,
     tables: Vec<String>,
 }
 
 impl<DB: TestDb> Ctx<DB> {
     /// The database, or `None` (with a notice) when its URL is not set and not required.
     pub(crate) async fn new() -> Option<Self> {
+        // `RUST_LOG=sqlx_queue=debug cargo test ..` shows the runner's logs of failing tests.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let url = match DB::URL_VAR {
-            None => None,
+            None => Some(
+                std::env::temp_dir()
+                    .join(format!("sqlx-queue-test-{}.db", unique()))
+                    .display()
+                    .to_string(),
+            ),
             Some(var) => match std::env::var(var) {
                 Ok(url) => Some(url),
                 Err(_) if std::env::var("SQLX_QUEUE_REQUIRE_ALL").as_deref() == Ok("1") => {
@@ -250,9 +292,15 @@ impl<DB: TestDb> Ctx<DB> {
             },
         };
         Some(Ctx {
-            pool: DB::connect(url.as_deref()).await,
+            pool: DB::connect(url.as_deref(), 12).await,
+            url,
             tables: Vec::new(),
         })
+    }
+
+    /// Another pool on the same database (as another process would have), of `max` connections.
+    pub(crate) async fn pool(&self, max: u32) -> Pool<DB> {
+        DB::connect(self.url.as_deref(), max).await
     }
 
     /// Creates a fresh table with `spec`'s columns and returns its name.
@@ -307,6 +355,12 @@ impl<DB: TestDb> Ctx<DB> {
             let _ = DB::exec(&self.pool, &format!("DROP TABLE IF EXISTS {table}")).await;
         }
         self.pool.close().await;
+        if DB::URL_VAR.is_none() {
+            let file = self.url.expect("a SQLite file");
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{file}{suffix}"));
+            }
+        }
     }
 }
 

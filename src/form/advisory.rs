@@ -1,0 +1,307 @@
+//! The advisory lock form: a session lock on the row's key holds the row while its handler runs.
+//!
+//! Keys: on PostgreSQL a `bigint`, the table's class (FNV-1a, 32 bits, of the table name as given)
+//! in its high half and the id's low 32 bits in its low half; on MySQL/MariaDB the lock name
+//! `<database>.<table>:<id>` (`sqlxq:` and its MD5 when longer than 64 characters); on SQLite a
+//! key held in this process (one process per database file). A collision between two rows' keys
+//! only makes one wait for the other; it never lets a row be delivered twice.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use sqlx::Pool;
+
+use super::Clock;
+use super::held::{HeldConn, Key, held_in_process, take_in_process};
+use super::row_lock::no_retry_after;
+use crate::backend::{Backend, ClaimedRow, query};
+use crate::delivery::{Outcome, Settle};
+use crate::dialect::{AdvisorySql, Args};
+use crate::error::Result;
+
+/// How a table's keys are made.
+#[derive(Debug, Clone)]
+pub(crate) enum Keys {
+    Postgres { class: i64 },
+    MySql { prefix: String },
+    InProcess { table: u64 },
+}
+
+impl Keys {
+    pub(crate) fn postgres(table: &str) -> Self {
+        Keys::Postgres {
+            class: i64::from(fnv1a_32(table)),
+        }
+    }
+
+    pub(crate) fn mysql(database: &str, table: &str) -> Self {
+        let table = table.rsplit('.').next().unwrap_or(table);
+        Keys::MySql {
+            prefix: format!("{database}.{table}:"),
+        }
+    }
+
+    pub(crate) fn in_process(table: &str) -> Self {
+        Keys::InProcess {
+            table: fnv1a_64(table),
+        }
+    }
+
+    /// The PostgreSQL key of row `id`.
+    fn key(&self, id: i64) -> i64 {
+        match self {
+            Keys::Postgres { class } => (class << 32) | (id & 0xffff_ffff),
+            _ => 0,
+        }
+    }
+
+    fn args(&self, id: i64) -> Args<'_> {
+        match self {
+            Keys::Postgres { class } => Args {
+                id,
+                key: self.key(id),
+                key_class: *class,
+                ..Args::default()
+            },
+            Keys::MySql { prefix } => Args {
+                id,
+                key_prefix: Some(prefix),
+                ..Args::default()
+            },
+            Keys::InProcess { .. } => Args {
+                id,
+                ..Args::default()
+            },
+        }
+    }
+}
+
+/// The 32-bit FNV-1a hash: stable across processes, versions and platforms.
+pub(crate) fn fnv1a_32(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5, |hash: u32, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
+}
+
+fn fnv1a_64(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The advisory lock form of one mounted queue.
+#[derive(Debug)]
+pub(crate) struct AdvisoryForm {
+    pub(crate) sql: AdvisorySql,
+    pub(crate) keys: Keys,
+    pub(crate) group: Option<Arc<str>>,
+    pub(crate) with_attempt: bool,
+    pub(crate) clock: Clock,
+    pub(crate) table: Arc<str>,
+}
+
+impl AdvisoryForm {
+    /// Takes up to `want` rows, each on a connection of its own that holds the row's key.
+    ///
+    /// One query lists candidates whose keys no session holds; each taker then locks the next
+    /// candidate without waiting, and checks the row is still claimable now that it holds the
+    /// key (another session may have settled it meanwhile).
+    pub(crate) async fn claim<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        want: usize,
+    ) -> Result<Vec<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
+        let now = self.clock.now();
+        let args = Args {
+            now: Some(now),
+            group: self.group.as_deref(),
+            limit: i64::try_from(want * 2 + 2).unwrap_or(i64::MAX),
+            ..self.keys.args(0)
+        };
+        let ids = {
+            let mut conn = pool.acquire().await?;
+            DB::fetch_i64s(&mut conn, query(&self.sql.candidates, &args)).await?
+        };
+        let candidates: VecDeque<i64> = match self.keys {
+            Keys::InProcess { table } => ids
+                .into_iter()
+                .filter(|id| !held_in_process(table, *id))
+                .collect(),
+            _ => ids.into(),
+        };
+        let takers = want.min(candidates.len());
+        if takers == 0 {
+            return Ok(Vec::new());
+        }
+        let candidates = Mutex::new(candidates);
+        let taken =
+            futures::future::join_all((0..takers).map(|_| self.take_next(pool, &candidates, now)))
+                .await;
+        let mut rows = Vec::with_capacity(takers);
+        let mut first_error = None;
+        for result in taken {
+            match result {
+                Ok(Some(row)) => rows.push(row),
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, table = %self.table, "advisory take failed");
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        match first_error {
+            Some(error) if rows.is_empty() => Err(error),
+            _ => Ok(rows),
+        }
+    }
+
+    /// Takes the next candidate whose key this connection gets.
+    async fn take_next<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        candidates: &Mutex<VecDeque<i64>>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
+        let mut conn = HeldConn::new(pool.acquire().await?);
+        loop {
+            let Some(id) = candidates
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front()
+            else {
+                return Ok(None);
+            };
+            if !self.lock(&mut conn, id).await? {
+                continue;
+            }
+            let args = Args {
+                now: Some(now),
+                group: self.group.as_deref(),
+                ..self.keys.args(id)
+            };
+            let row = DB::fetch_claimed(&mut conn, query(&self.sql.take, &args), self.with_attempt)
+                .await?
+                .pop();
+            let Some(row) = row else {
+                // Settled by another session since the candidates were listed.
+                self.unlock(&mut conn, id).await?;
+                continue;
+            };
+            if let Some(count) = &self.sql.count {
+                DB::execute(&mut conn, query(count, &args)).await?;
+            }
+            return Ok(Some((row, conn)));
+        }
+    }
+
+    /// Takes row `id`'s key on `conn` without waiting.
+    async fn lock<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        id: i64,
+    ) -> Result<bool, sqlx::Error> {
+        match (&self.keys, &self.sql.lock) {
+            (Keys::InProcess { table }, _) => {
+                let taken = take_in_process(*table, id);
+                if taken {
+                    conn.set_key(Some(Key::InProcess(*table, id)));
+                }
+                Ok(taken)
+            }
+            (keys, Some(lock)) => {
+                // Marked first: if the answer is lost, the connection is closed, not reused.
+                conn.set_key(Some(Key::Session));
+                let taken = DB::fetch_i64(conn, query(lock, &keys.args(id))).await? == Some(1);
+                if !taken {
+                    conn.set_key(None);
+                }
+                Ok(taken)
+            }
+            (_, None) => unreachable!("server keys have a lock statement"),
+        }
+    }
+
+    /// Releases row `id`'s key. An unlock the server does not confirm is an error: the
+    /// connection, whose lock state is then unknown, is closed when it is dropped.
+    pub(crate) async fn unlock<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        id: i64,
+    ) -> Result<(), sqlx::Error> {
+        if let Some(unlock) = &self.sql.unlock {
+            let released = DB::fetch_i64(conn, query(unlock, &self.keys.args(id))).await?;
+            if released != Some(1) {
+                return Err(sqlx::Error::Protocol(format!(
+                    "the advisory key of row {id} of `{}` was not held at unlock",
+                    self.table
+                )));
+            }
+        }
+        conn.set_key(None);
+        Ok(())
+    }
+
+    /// Settles row `id` on the session holding its key (each statement commits on its own),
+    /// then releases the key. A statement that fails still releases the key, and the row
+    /// returns as it was.
+    pub(crate) async fn settle<DB: Backend>(
+        &self,
+        mut conn: HeldConn<DB>,
+        id: i64,
+        outcome: Outcome,
+    ) -> Result<()> {
+        let mut args = Args {
+            id,
+            now: Some(self.clock.now()),
+            ..Args::default()
+        };
+        let stmt = match outcome.0 {
+            Settle::Ack | Settle::Drop => Some(&self.sql.finish),
+            Settle::Retry => None,
+            Settle::RetryAfter(delay) => match &self.sql.retry_after {
+                Some(stmt) => {
+                    args.at = Some(self.clock.after(delay));
+                    Some(stmt)
+                }
+                None => {
+                    no_retry_after(&self.table, delay);
+                    None
+                }
+            },
+        };
+        let settled = match stmt {
+            Some(stmt) => DB::execute(&mut conn, query(stmt, &args)).await.map(drop),
+            None => Ok(()),
+        };
+        let unlocked = self.unlock(&mut conn, id).await;
+        settled?;
+        unlocked?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_stable_and_separate_tables() {
+        // FNV-1a test vectors.
+        assert_eq!(fnv1a_32(""), 0x811c_9dc5);
+        assert_eq!(fnv1a_32("a"), 0xe40c_292c);
+        let jobs = Keys::postgres("jobs");
+        let mail = Keys::postgres("mail_jobs");
+        assert_ne!(jobs.key(7), mail.key(7));
+        assert_ne!(jobs.key(7), jobs.key(8));
+        assert_eq!(jobs.key(7) & 0xffff_ffff, 7);
+        assert_eq!(jobs.key(7) >> 32, Keys::postgres("jobs").key(1) >> 32);
+    }
+
+    #[test]
+    fn mysql_lock_names_carry_the_database() {
+        let Keys::MySql { prefix } = Keys::mysql("shop", "app.jobs") else {
+            panic!()
+        };
+        assert_eq!(prefix, "shop.jobs:");
+    }
+}

@@ -1,0 +1,94 @@
+//! The row lock form: the claim's transaction holds the row (`FOR UPDATE SKIP LOCKED`) while its
+//! handler runs; the settlement runs in that transaction, and its commit is the settlement.
+
+use std::sync::Arc;
+
+use sqlx::Pool;
+
+use super::Clock;
+use super::held::HeldConn;
+use crate::backend::{Backend, ClaimedRow, query};
+use crate::delivery::{Outcome, Settle};
+use crate::dialect::{Args, RowLockSql};
+use crate::error::Result;
+
+/// The row lock form of one mounted queue.
+#[derive(Debug)]
+pub(crate) struct RowLockForm {
+    pub(crate) sql: RowLockSql,
+    pub(crate) group: Option<Arc<str>>,
+    pub(crate) with_attempt: bool,
+    pub(crate) clock: Clock,
+    pub(crate) table: Arc<str>,
+}
+
+impl RowLockForm {
+    /// Claims one row in a transaction of its own, on a connection of its own: the
+    /// transaction holds the row until the delivery settles.
+    pub(crate) async fn claim_one<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+    ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
+        let mut conn = HeldConn::new(pool.acquire().await?);
+        conn.begin(self.sql.begin).await?;
+        let args = Args {
+            now: Some(self.clock.now()),
+            group: self.group.as_deref(),
+            limit: 1,
+            ..Args::default()
+        };
+        let claimed =
+            DB::fetch_claimed(&mut conn, query(&self.sql.claim, &args), self.with_attempt)
+                .await?
+                .pop();
+        match claimed {
+            Some(row) => Ok(Some((row, conn))),
+            None => {
+                conn.rollback().await?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Settles row `id` in its claim's transaction, and commits (retry without an attempt column:
+    /// rolls back, which returns the row as it was).
+    pub(crate) async fn settle<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        id: i64,
+        outcome: Outcome,
+    ) -> Result<()> {
+        let mut args = Args {
+            id,
+            now: Some(self.clock.now()),
+            ..Args::default()
+        };
+        let stmt = match outcome.0 {
+            Settle::Ack | Settle::Drop => Some(&self.sql.finish),
+            Settle::Retry => self.sql.retry.as_ref(),
+            Settle::RetryAfter(delay) => match &self.sql.retry_after {
+                Some(stmt) => {
+                    args.at = Some(self.clock.after(delay));
+                    Some(stmt)
+                }
+                None => {
+                    no_retry_after(&self.table, delay);
+                    self.sql.retry.as_ref()
+                }
+            },
+        };
+        match stmt {
+            Some(stmt) => {
+                DB::execute(conn, query(stmt, &args)).await?;
+                conn.commit().await?;
+            }
+            None => conn.rollback().await?,
+        }
+        Ok(())
+    }
+}
+
+/// Warns that `retry_after(delay)` is taken as a retry on a table without the column.
+pub(crate) fn no_retry_after(table: &str, delay: std::time::Duration) {
+    tracing::warn!("table `{table}` has no retry_after column: retry_after({delay:?}) is a retry");
+}
