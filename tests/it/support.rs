@@ -112,7 +112,7 @@ impl TestDb for sqlx::Sqlite {
         use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
         let file = url.expect("a file");
         let options = SqliteConnectOptions::new()
-            .filename(&file)
+            .filename(file)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(10));
