@@ -4,12 +4,7 @@ use std::process::Command;
 
 /// Runs `target/<profile>/examples/<name>` (built by `cargo test`) and returns its output.
 fn run_example(name: &str) -> String {
-    let deps = std::env::current_exe().expect("the test binary's path");
-    let dir = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let binary = dir.join("examples").join(name);
+    let binary = crate::support::example_binary(name);
     let output = Command::new(&binary)
         .output()
         .unwrap_or_else(|e| panic!("{}: {e} (cargo test builds the examples)", binary.display()));

@@ -379,6 +379,37 @@ macro_rules! held_form_tests {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_killed_consumer_process_returns_its_row_at_once() {
+                if COUNTS_AT_TAKE && <Db as TestDb>::LABEL == "sqlite" {
+                    return; // SQLite's advisory keys live in one process: nothing to take over.
+                }
+                let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+                let t = ctx.table(Spec::lease()).await;
+                let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+                let database = ctx.url.clone().expect("a database");
+                let form = if COUNTS_AT_TAKE { "advisory" } else { "row_lock" };
+                let mut consumer = crate::support::Consumer::spawn(&database, &t, form, "hang", &[]);
+                assert_eq!(consumer.line(30).await, "running");
+                assert_eq!(consumer.line(30).await, format!("started {id}"));
+                consumer.kill().await;
+                let killed = tokio::time::Instant::now();
+
+                let (running, mut seen) = start(&ctx.pool, jobs(&t), 1, |_| Outcome::ack()).await;
+                let (got, attempt) = recv(&mut seen, "the killed consumer's row", 10).await;
+                let back = killed.elapsed();
+                assert_eq!(got, id);
+                // Row lock: the server rolled the claim back; advisory: the take had counted.
+                assert_eq!(attempt, if COUNTS_AT_TAKE { 2 } else { 1 });
+                assert!(back < Duration::from_secs(3), "back after {back:?}");
+                crate::support::report(&format!(
+                    "{}: {form}: a row held by a killed process delivered again {back:?} after the kill",
+                    <Db as TestDb>::LABEL
+                ));
+                running.shutdown().await.unwrap();
+                ctx.drop_tables().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_failed_settlement_returns_the_row_as_it_was() {
                 let Some(mut ctx) = Ctx::<Db>::new().await else { return };
                 let t = ctx.table(Spec::lease()).await;

@@ -327,3 +327,40 @@ impl AtomicFirst {
         !self.0.swap(true, std::sync::atomic::Ordering::SeqCst)
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_consumer_process_returns_its_row_when_the_lease_expires() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let database = ctx.url.clone().expect("a database");
+    let lease = Duration::from_millis(1500);
+    let mut consumer = crate::support::Consumer::spawn(&database, &t, "lease", "hang", &["1", "1500"]);
+    assert_eq!(consumer.line(30).await, "running");
+    assert_eq!(consumer.line(30).await, format!("started {id}"));
+    let started = tokio::time::Instant::now();
+    consumer.kill().await;
+    let killed = tokio::time::Instant::now();
+
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .attempt("attempt")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send((d.id(), d.attempt()));
+            async { Outcome::ack() }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+    assert_eq!(recv(&mut seen, "the killed consumer's row", 10).await, (id, 2));
+    let back = killed.elapsed();
+    // Not before its lease ran out (it was taken before `started` was printed), nor long after.
+    assert!(started.elapsed() >= lease - Duration::from_millis(100), "{back:?}");
+    assert!(back < lease + Duration::from_secs(3), "back after {back:?}");
+    crate::support::report(&format!(
+        "{}: lease: a row held by a killed process delivered again {back:?} after the kill \
+         (lease {lease:?})",
+        <Db as crate::support::TestDb>::LABEL
+    ));
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
