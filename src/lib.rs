@@ -11,6 +11,9 @@ mod queue;
 mod runner;
 mod table;
 
+#[doc(hidden)]
+pub mod private;
+
 pub use backend::Backend;
 pub use delivery::{Delivery, IntoOutcome, Outcome, Tx};
 pub use enqueue::Job;
