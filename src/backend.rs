@@ -224,7 +224,9 @@ mod postgres {
                     Slot::Token | Slot::NewToken | Slot::Now | Slot::At => {
                         <DateTime<Utc> as Type<Postgres>>::type_info()
                     }
-                    Slot::Group | Slot::KeyPrefix => <&str as Type<Postgres>>::type_info(),
+                    Slot::Group | Slot::KeyPrefix | Slot::DeadGroup => {
+                        <&str as Type<Postgres>>::type_info()
+                    }
                     Slot::Payload => <&[u8] as Type<Postgres>>::type_info(),
                 })
                 .collect();

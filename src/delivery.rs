@@ -150,8 +150,10 @@ impl<DB: Backend> fmt::Debug for Tx<'_, DB> {
 /// | [`drop`](Outcome::drop) | the same as ack: a poison message leaves the queue |
 /// | [`retry`](Outcome::retry) | returned to the queue at once, its attempt counted |
 /// | [`retry_after`](Outcome::retry_after) | returned, claimable again after the delay |
+/// | [`dead_letter`](Outcome::dead_letter) | moved to the queue's dead letter |
 ///
-/// At the queue's `max_attempts`, a retry moves the row to its dead letter instead.
+/// At the queue's `max_attempts`, a retry or retry_after moves the row to its dead letter
+/// instead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "an outcome settles a delivery only when the handler returns it"]
 pub struct Outcome(pub(crate) Settle);
@@ -162,6 +164,13 @@ pub(crate) enum Settle {
     Drop,
     Retry,
     RetryAfter(Duration),
+    DeadLetter,
+    /// The payload did not decode: dead letter where the queue has one, else drop.
+    #[cfg_attr(
+        not(feature = "json"),
+        expect(dead_code, reason = "only JSON handlers decode")
+    )]
+    Undecodable,
 }
 
 impl Outcome {
@@ -187,12 +196,20 @@ impl Outcome {
         Outcome(Settle::RetryAfter(delay))
     }
 
+    /// Move the row to the queue's dead letter now, whatever its attempt (a queue without a dead
+    /// letter drops it, with an error in the log).
+    pub fn dead_letter() -> Self {
+        Outcome(Settle::DeadLetter)
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self.0 {
             Settle::Ack => "ack",
             Settle::Drop => "drop",
             Settle::Retry => "retry",
             Settle::RetryAfter(_) => "retry_after",
+            Settle::DeadLetter => "dead_letter",
+            Settle::Undecodable => "undecodable",
         }
     }
 }

@@ -2,11 +2,13 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod backoff;
 mod delivery;
 mod dialect;
 mod enqueue;
 mod error;
 mod form;
+mod inspect;
 mod queue;
 mod runner;
 mod table;
@@ -15,11 +17,13 @@ mod table;
 pub mod private;
 
 pub use backend::Backend;
+pub use backoff::{Backoff, backoff};
 pub use delivery::{Delivery, IntoOutcome, Outcome, Tx};
 pub use enqueue::Job;
 pub use error::{Error, Result, SchemaError};
+pub use inspect::{Counts, Inspect};
 pub use queue::state::{Plain, Transactional};
-pub use queue::{DEFAULT_LEASE, MAX_WORKERS, Queue, state};
+pub use queue::{DEFAULT_LEASE, Event, MAX_WORKERS, Queue, state};
 pub use runner::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, Runner, Running, ShutdownReport, Stats,
 };

@@ -38,6 +38,7 @@ fn statement(role: impl Into<String>, stmt: &Stmt) -> Statement {
                 Slot::Key => "key".to_owned(),
                 Slot::KeyClass => "key_class".to_owned(),
                 Slot::KeyPrefix => "key_prefix".to_owned(),
+                Slot::DeadGroup => "dead_group".to_owned(),
             })
             .collect(),
     }
@@ -86,6 +87,7 @@ pub fn statements(
         transactional: false,
         batch: None,
         workers,
+        custom: Vec::new(),
     };
     let names = Names::of_queue(dialect, &config)?;
     let mut all = Vec::new();
@@ -97,7 +99,10 @@ pub fn statements(
                 Claim::SelectThenUpdate { select, updates } => {
                     all.push(statement("claim", select));
                     for update in updates.iter() {
-                        all.push(statement(format!("update_ids_{}", update.slots.len() - 1), update));
+                        all.push(statement(
+                            format!("update_ids_{}", update.slots.len() - 1),
+                            update,
+                        ));
                     }
                 }
             }

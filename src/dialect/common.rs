@@ -14,6 +14,9 @@ pub(crate) struct LeaseSql {
     pub(crate) retry_after: Option<Stmt>,
     /// ack and drop: `DELETE`, or `processed_at = now, lease = NULL`, guarded.
     pub(crate) finish: Stmt,
+    /// `SELECT 1 .. FOR UPDATE`, guarded: confirms and locks the lease before a custom
+    /// settlement runs in the same transaction.
+    pub(crate) confirm: Stmt,
 }
 
 impl LeaseSql {
@@ -25,7 +28,7 @@ impl LeaseSql {
                 std::iter::once(select).chain(updates.iter()).collect()
             }
         };
-        all.extend([&self.extend, &self.release, &self.finish]);
+        all.extend([&self.extend, &self.release, &self.finish, &self.confirm]);
         all.extend(self.retry_after.as_ref());
         all
     }
@@ -181,12 +184,23 @@ pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
     guarded(&mut w, n, lease);
     let finish = w.finish();
 
+    let mut w = n.writer();
+    w.push("SELECT ");
+    as_i64(&mut w, "1");
+    w.push(" FROM ").push(&n.table);
+    guarded(&mut w, n, lease);
+    if n.dialect != Dialect::Sqlite {
+        w.push(" FOR UPDATE");
+    }
+    let confirm = w.finish();
+
     LeaseSql {
         claim,
         extend,
         release,
         retry_after,
         finish,
+        confirm,
     }
 }
 

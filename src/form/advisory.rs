@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use sqlx::Pool;
 
-use super::Clock;
 use super::held::{HeldConn, Key, held_in_process, take_in_process};
 use super::row_lock::no_retry_after;
+use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Outcome, Settle};
 use crate::dialect::{AdvisorySql, Args};
@@ -98,6 +98,8 @@ pub(crate) struct AdvisoryForm {
     pub(crate) with_attempt: bool,
     pub(crate) clock: Clock,
     pub(crate) table: Arc<str>,
+    pub(crate) dead: Option<Dead>,
+    pub(crate) custom: Custom,
 }
 
 impl AdvisoryForm {
@@ -253,30 +255,43 @@ impl AdvisoryForm {
         let mut args = Args {
             id,
             now: Some(self.clock.now()),
+            group: self.group.as_deref(),
+            dead_group: self.dead.as_ref().and_then(|dead| dead.group.as_deref()),
             ..Args::default()
         };
-        let stmt = match outcome.0 {
-            Settle::Ack | Settle::Drop => Some(&self.sql.finish),
-            Settle::Retry => None,
-            Settle::RetryAfter(delay) => match &self.sql.retry_after {
-                Some(stmt) => {
-                    args.at = Some(self.clock.after(delay));
-                    Some(stmt)
-                }
-                None => {
-                    no_retry_after(&self.table, delay);
-                    None
-                }
+        if let Settle::RetryAfter(delay) = outcome.0 {
+            args.at = Some(self.clock.after(delay));
+        }
+        let settled = match (self.custom.get(outcome.0), &self.dead, outcome.0) {
+            (Some(custom), _, _) => DB::execute(&mut conn, query(custom, &args)).await.map(drop),
+            (None, Some(dead), Settle::DeadLetter) => dead.run(&mut conn, &args).await.map(drop),
+            (None, _, settle) => match self.statement(settle, id) {
+                Some(stmt) => DB::execute(&mut conn, query(stmt, &args)).await.map(drop),
+                None => Ok(()),
             },
-        };
-        let settled = match stmt {
-            Some(stmt) => DB::execute(&mut conn, query(stmt, &args)).await.map(drop),
-            None => Ok(()),
         };
         let unlocked = self.unlock(&mut conn, id).await;
         settled?;
         unlocked?;
         Ok(())
+    }
+
+    /// The crate's own statement for `settle` (a move to a dead letter runs apart).
+    fn statement(&self, settle: Settle, id: i64) -> Option<&crate::dialect::Stmt> {
+        match settle {
+            Settle::DeadLetter => {
+                no_dead_letter(&self.table, id);
+                Some(&self.sql.finish)
+            }
+            Settle::Ack | Settle::Drop | Settle::Undecodable => Some(&self.sql.finish),
+            Settle::Retry => None,
+            Settle::RetryAfter(delay) => {
+                if self.sql.retry_after.is_none() {
+                    no_retry_after(&self.table, delay);
+                }
+                self.sql.retry_after.as_ref()
+            }
+        }
     }
 }
 

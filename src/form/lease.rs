@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{Connection as _, Pool};
 use tokio::time::Instant;
 
-use super::Clock;
+use super::held::HeldConn;
+use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Outcome, Settle};
 use crate::dialect::{Args, Claim, LeaseSql, Stmt, mysql_begin};
@@ -33,6 +34,9 @@ pub(crate) struct LeaseForm {
     pub(crate) clock: Clock,
     pub(crate) queue: Arc<str>,
     pub(crate) table: Arc<str>,
+    pub(crate) dead: Option<Dead>,
+    pub(crate) custom: Custom,
+    pub(crate) begin_write: Option<&'static str>,
 }
 
 impl LeaseForm {
@@ -114,16 +118,46 @@ impl LeaseForm {
             id,
             token: Some(token),
             now: Some(self.clock.now()),
+            group: self.group.as_deref(),
+            dead_group: self.dead.as_ref().and_then(|dead| dead.group.as_deref()),
             ..Args::default()
         };
+        if let Settle::RetryAfter(delay) = outcome.0 {
+            args.at = Some(self.clock.after(delay));
+        }
+        if let Some(custom) = self.custom.get(outcome.0) {
+            // The lease first: confirmed and locked in the transaction the custom SQL runs in.
+            let mut conn = HeldConn::new(pool.acquire().await?);
+            conn.begin(self.begin_write).await?;
+            if DB::fetch_i64(&mut conn, query(&self.sql.confirm, &args))
+                .await?
+                .is_none()
+            {
+                conn.rollback().await?;
+                return Err(self.lost(id));
+            }
+            DB::execute(&mut conn, query(custom, &args)).await?;
+            conn.commit().await?;
+            return Ok(());
+        }
         let stmt = match outcome.0 {
-            Settle::Ack | Settle::Drop => &self.sql.finish,
+            Settle::DeadLetter => match &self.dead {
+                Some(dead) => {
+                    let mut conn = HeldConn::new(pool.acquire().await?);
+                    return match dead.run(&mut conn, &args).await? {
+                        true => Ok(()),
+                        false => Err(self.lost(id)),
+                    };
+                }
+                None => {
+                    no_dead_letter(&self.table, id);
+                    &self.sql.finish
+                }
+            },
+            Settle::Ack | Settle::Drop | Settle::Undecodable => &self.sql.finish,
             Settle::Retry => &self.sql.release,
             Settle::RetryAfter(delay) => match &self.sql.retry_after {
-                Some(stmt) => {
-                    args.at = Some(self.clock.after(delay));
-                    stmt
-                }
+                Some(stmt) => stmt,
                 None => {
                     tracing::warn!(
                         "table `{}` has no retry_after column: retry_after({delay:?}) is a retry",

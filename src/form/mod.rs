@@ -12,9 +12,11 @@ pub(crate) mod row_lock;
 
 use sqlx::Pool;
 
-use crate::backend::{Backend, ClaimedRow};
-use crate::delivery::Outcome;
+use crate::backend::{Backend, ClaimedRow, query};
+use crate::delivery::{Outcome, Settle};
+use crate::dialect::{Args, DeadSql, Stmt};
 use crate::error::Result;
+use crate::queue::Event;
 use held::HeldConn;
 
 /// The claim form of a started queue, with its rendered statements.
@@ -23,6 +25,85 @@ pub(crate) enum FormRuntime {
     Lease(lease::LeaseForm),
     RowLock(row_lock::RowLockForm),
     Advisory(advisory::AdvisoryForm),
+}
+
+/// A queue's dead letter, rendered for its form.
+#[derive(Debug)]
+pub(crate) struct Dead {
+    pub(crate) sql: DeadSql,
+    /// The dead-letter group, for a group dead letter.
+    pub(crate) group: Option<Arc<str>>,
+}
+
+impl Dead {
+    /// Moves the row `args` names on `conn`: whether it was moved (a lease form's move finds no
+    /// row when the lease was lost). A copy-then-delete runs in the transaction `conn` is in, or
+    /// in one of its own, committed only when the delete removed the row.
+    pub(crate) async fn run<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        args: &Args<'_>,
+    ) -> Result<bool, sqlx::Error> {
+        let args = Args {
+            dead_group: self.group.as_deref(),
+            ..*args
+        };
+        match &self.sql {
+            DeadSql::One(stmt) => Ok(DB::execute(conn, query(stmt, &args)).await? > 0),
+            DeadSql::CopyDelete { copy, delete } => {
+                let own = conn.depth() == 0;
+                if own {
+                    conn.begin(None).await?;
+                }
+                DB::execute(conn, query(copy, &args)).await?;
+                let moved = DB::execute(conn, query(delete, &args)).await? > 0;
+                if own {
+                    if moved {
+                        conn.commit().await?;
+                    } else {
+                        conn.rollback().await?;
+                    }
+                }
+                Ok(moved)
+            }
+        }
+    }
+}
+
+/// A queue's own settlement statements ([`Queue::custom`](crate::Queue::custom)).
+#[derive(Debug, Default)]
+pub(crate) struct Custom(Vec<(Event, Stmt)>);
+
+impl Custom {
+    pub(crate) fn new(statements: Vec<(Event, Stmt)>) -> Self {
+        Custom(statements)
+    }
+
+    /// The statement that replaces the crate's for `settle`, if the queue has one.
+    pub(crate) fn get(&self, settle: Settle) -> Option<&Stmt> {
+        let event = match settle {
+            Settle::Ack => Event::Ack,
+            Settle::Drop | Settle::Undecodable => Event::Drop,
+            Settle::Retry => Event::Retry,
+            Settle::RetryAfter(_) => Event::RetryAfter,
+            Settle::DeadLetter => Event::DeadLetter,
+        };
+        self.0
+            .iter()
+            .find_map(|(e, stmt)| (*e == event).then_some(stmt))
+    }
+
+    pub(crate) fn statements(&self) -> impl Iterator<Item = &Stmt> {
+        self.0.iter().map(|(_, stmt)| stmt)
+    }
+}
+
+/// Logs that a row asked to be dead-lettered on a queue without a dead letter: it is dropped.
+pub(crate) fn no_dead_letter(table: &str, id: i64) {
+    tracing::error!(
+        "row {id} of `{table}` was settled with dead_letter() but its queue has no dead letter: \
+         dropped"
+    );
 }
 
 /// What holds a claimed row until its delivery is settled.

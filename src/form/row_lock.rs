@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use sqlx::Pool;
 
-use super::Clock;
 use super::held::HeldConn;
+use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Outcome, Settle};
 use crate::dialect::{Args, RowLockSql};
@@ -20,6 +20,8 @@ pub(crate) struct RowLockForm {
     pub(crate) with_attempt: bool,
     pub(crate) clock: Clock,
     pub(crate) table: Arc<str>,
+    pub(crate) dead: Option<Dead>,
+    pub(crate) custom: Custom,
 }
 
 impl RowLockForm {
@@ -61,16 +63,34 @@ impl RowLockForm {
         let mut args = Args {
             id,
             now: Some(self.clock.now()),
+            group: self.group.as_deref(),
+            dead_group: self.dead.as_ref().and_then(|dead| dead.group.as_deref()),
             ..Args::default()
         };
+        if let Settle::RetryAfter(delay) = outcome.0 {
+            args.at = Some(self.clock.after(delay));
+        }
+        if let Some(custom) = self.custom.get(outcome.0) {
+            DB::execute(conn, query(custom, &args)).await?;
+            conn.commit().await?;
+            return Ok(());
+        }
         let stmt = match outcome.0 {
-            Settle::Ack | Settle::Drop => Some(&self.sql.finish),
+            Settle::DeadLetter => match &self.dead {
+                Some(dead) => {
+                    dead.run(conn, &args).await?;
+                    conn.commit().await?;
+                    return Ok(());
+                }
+                None => {
+                    no_dead_letter(&self.table, id);
+                    Some(&self.sql.finish)
+                }
+            },
+            Settle::Ack | Settle::Drop | Settle::Undecodable => Some(&self.sql.finish),
             Settle::Retry => self.sql.retry.as_ref(),
             Settle::RetryAfter(delay) => match &self.sql.retry_after {
-                Some(stmt) => {
-                    args.at = Some(self.clock.after(delay));
-                    Some(stmt)
-                }
+                Some(stmt) => Some(stmt),
                 None => {
                     no_retry_after(&self.table, delay);
                     self.sql.retry.as_ref()

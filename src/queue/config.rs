@@ -24,6 +24,7 @@ pub struct QueueConfig {
     pub(crate) transactional: bool,
     pub(crate) batch: Option<usize>,
     pub(crate) workers: usize,
+    pub(crate) custom: Vec<(super::Event, String)>,
 }
 
 impl QueueConfig {

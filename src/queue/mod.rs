@@ -13,6 +13,23 @@ use crate::table::{DeadLetter, Table};
 use config::QueueConfig;
 use state::*;
 
+/// A settlement whose statement a service can replace with its own SQL
+/// ([`Queue::custom`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Event {
+    /// [`Outcome::ack`].
+    Ack,
+    /// [`Outcome::drop`].
+    Drop,
+    /// [`Outcome::retry`].
+    Retry,
+    /// [`Outcome::retry_after`].
+    RetryAfter,
+    /// The move to the dead letter (at the cap, or [`Outcome::dead_letter`]).
+    DeadLetter,
+}
+
 /// The most deliveries one queue keeps in work at once.
 pub const MAX_WORKERS: usize = 10_000;
 
@@ -56,6 +73,7 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     table: Table,
     name: Option<String>,
     workers: usize,
+    custom: Vec<(Event, String)>,
     form: F,
     attempt: A,
     cap: C,
@@ -71,6 +89,7 @@ impl Queue {
             table,
             name: None,
             workers: 1,
+            custom: Vec::new(),
             form: NoForm,
             attempt: NoAttempt,
             cap: NoCap,
@@ -95,6 +114,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
             table: self.table,
             name: self.name,
             workers: self.workers,
+            custom: self.custom,
             form: form(self.form),
             attempt: attempt(self.attempt),
             cap: cap(self.cap),
@@ -215,6 +235,35 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self.with(|f| f, |a| a, |c| c, |b| b, |h| h)
     }
 
+    /// Runs the service's own SQL for `event` in place of the crate's statement: in the claim's
+    /// transaction (row lock), on the session holding the key before it is released (advisory
+    /// lock), or — lease form — in a transaction that first confirms the row still carries the
+    /// delivery's token (else the settlement fails with [`Error::LeaseLost`](crate::Error) and
+    /// nothing runs).
+    ///
+    /// The statement takes the markers `:id` (the row's id), `:token` (the lease token),
+    /// `:at` (the `retry_after` time of a retry_after), `:dead` (the dead-letter group), `:now`
+    /// and `:group` (the queue's group), each bound as a parameter. It replaces the crate's
+    /// statement entirely: an ack should delete or mark the row, and in the lease form a retry
+    /// should clear the lease, or the row stays held until its lease expires. A statement that
+    /// cannot be rendered or prepared is an error at [`Runner::start`](crate::Runner::start).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sqlx_queue::{Event, Queue, Table};
+    ///
+    /// let queue = Queue::table(Table::new("jobs"))
+    ///     .lease("locked_until")
+    ///     .custom(Event::Ack, "UPDATE jobs SET done_at = :now, locked_until = NULL WHERE id = :id");
+    /// # let _ = queue;
+    /// ```
+    pub fn custom(mut self, event: Event, sql: impl Into<String>) -> Self {
+        self.custom.retain(|(e, _)| *e != event);
+        self.custom.push((event, sql.into()));
+        self
+    }
+
     /// How many deliveries are in work at once (default 1). One claim takes as many rows as there
     /// are free workers, up to 1,000.
     ///
@@ -264,6 +313,32 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self.with(|f| f, |a| a, |c| c, |b| b, |_| handler)
     }
 
+    /// A handler of JSON payloads: each payload is decoded into `T` first, and the handler gets
+    /// the value and its delivery. A payload that does not decode never reaches the handler: it
+    /// is logged as an error and moved to the queue's dead letter, or dropped when the queue has
+    /// none (its delivery counted its attempt like any other).
+    #[cfg(feature = "json")]
+    pub fn json_handler<DB, T, Fun, Fut>(
+        self,
+        f: Fun,
+    ) -> Queue<F, A, C, M, B, JsonHandler<DB, T, Fun>>
+    where
+        DB: Backend,
+        M: Mode,
+        B: SingleDeliveries,
+        H: NoHandlerYet,
+        T: serde::de::DeserializeOwned + Send + 'static,
+        Fun: Fn(T, Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        let handler = JsonHandler {
+            f,
+            types: PhantomData,
+        };
+        self.with(|f| f, |a| a, |c| c, |b| b, |_| handler)
+    }
+
     /// The batch handler: takes the rows of one claim together and returns one outcome per row,
     /// in the same order.
     pub fn batch_handler<DB, Fun, Fut>(self, f: Fun) -> Queue<F, A, C, M, B, BatchHandler<DB, Fun>>
@@ -301,6 +376,7 @@ where
             transactional: M::TRANSACTIONAL,
             batch: self.batch.size(),
             workers: self.workers,
+            custom: self.custom,
         };
         (config, self.handler)
     }

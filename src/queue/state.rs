@@ -342,6 +342,23 @@ pub struct BatchHandler<DB, H> {
     pub(crate) db: PhantomData<fn() -> DB>,
 }
 
+/// A handler of single deliveries whose payload is decoded from JSON into `T` first.
+#[cfg(feature = "json")]
+pub struct JsonHandler<DB, T, H> {
+    pub(crate) f: H,
+    pub(crate) types: PhantomData<fn() -> (DB, T)>,
+}
+
+#[cfg(feature = "json")]
+impl<DB, T, H> std::fmt::Debug for JsonHandler<DB, T, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JsonHandler")
+    }
+}
+
+#[cfg(feature = "json")]
+impl<DB, T, H> Sealed for JsonHandler<DB, T, H> {}
+
 impl<DB, H> std::fmt::Debug for Handler<DB, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Handler")

@@ -63,6 +63,20 @@ async fn run<DB, M, H>(
     H: CallHandler<DB, M>,
 {
     let id = row.id;
+    if let Some(max) = q.max_attempts
+        && attempt > max
+    {
+        // Earlier deliveries ended unsettled (a crash, say) and counted their attempts.
+        tracing::warn!(
+            queue = %q.label,
+            id,
+            attempt,
+            max_attempts = max,
+            "row past max_attempts without a settlement: moved to the dead letter unhandled"
+        );
+        settle(q, id, hold, Outcome::dead_letter()).await;
+        return;
+    }
     let delivery = Delivery::<DB, M>::new(id, row.payload, attempt, q.group.clone());
     // The call itself runs inside the guard too: a handler may panic before its first await.
     let handled = AssertUnwindSafe(async move { handler.call(delivery).await }).catch_unwind();
@@ -101,6 +115,26 @@ async fn run<DB, M, H>(
             Outcome::retry()
         }
     };
+    let outcome = match (outcome.0, q.max_attempts) {
+        (Settle::Undecodable, Some(_)) => Outcome::dead_letter(),
+        (Settle::Undecodable, None) => Outcome::drop(),
+        (Settle::Retry | Settle::RetryAfter(_), Some(max)) if attempt >= max => {
+            tracing::warn!(
+                queue = %q.label,
+                id,
+                attempt,
+                max_attempts = max,
+                "row reached max_attempts: moved to the dead letter"
+            );
+            Outcome::dead_letter()
+        }
+        _ => outcome,
+    };
+    settle(q, id, hold, outcome).await;
+}
+
+/// Settles a delivery and counts the result.
+async fn settle<DB: Backend>(q: &QueueRuntime<DB>, id: i64, hold: Hold<DB>, outcome: Outcome) {
     tracing::Span::current().record("outcome", outcome.name());
     let settled = q.form.settle(&q.pool, id, hold, outcome).await;
     q.note_unlock();
@@ -110,6 +144,8 @@ async fn run<DB, M, H>(
                 Settle::Ack => &q.stats.acked,
                 Settle::Drop => &q.stats.dropped,
                 Settle::Retry | Settle::RetryAfter(_) => &q.stats.retried,
+                Settle::DeadLetter => &q.stats.dead_lettered,
+                Settle::Undecodable => unreachable!("mapped to dead letter or drop"),
             };
             Counters::add(counter, 1);
         }

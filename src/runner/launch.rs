@@ -35,6 +35,7 @@ pub struct QueueRuntime<DB: Backend> {
     pub(crate) label: Arc<str>,
     pub(crate) group: Option<Arc<str>>,
     pub(crate) workers: usize,
+    pub(crate) max_attempts: Option<u32>,
     pub(crate) form: FormRuntime,
     pub(crate) wake: Arc<Notify>,
     pub(crate) poll_interval: Duration,
@@ -64,6 +65,7 @@ impl<DB: Backend> QueueRuntime<DB> {
             label: config.label().into(),
             group: config.name.as_deref().map(Into::into),
             workers: config.workers,
+            max_attempts: config.max_attempts,
             form,
             wake: wake::register(&config.table.name, config.name.as_deref()),
             poll_interval,
@@ -102,6 +104,53 @@ where
     fn call(&self, delivery: Delivery<DB, M>) -> impl Future<Output = Outcome> + Send + 'static {
         let future = (self.f)(delivery);
         async move { future.await.into_outcome() }
+    }
+}
+
+#[cfg(feature = "json")]
+impl<DB, M, T, F, Fut> CallHandler<DB, M> for crate::queue::state::JsonHandler<DB, T, F>
+where
+    DB: Backend,
+    M: Mode,
+    T: serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(T, Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    fn call(&self, delivery: Delivery<DB, M>) -> impl Future<Output = Outcome> + Send + 'static {
+        let decoded = serde_json::from_slice::<T>(delivery.payload());
+        let future = match decoded {
+            Ok(value) => Ok((self.f)(value, delivery)),
+            Err(error) => {
+                tracing::error!(%error, "the payload is not the handler's JSON type");
+                Err(())
+            }
+        };
+        async move {
+            match future {
+                Ok(future) => future.await.into_outcome(),
+                Err(()) => Outcome(crate::delivery::Settle::Undecodable),
+            }
+        }
+    }
+}
+
+#[cfg(feature = "json")]
+impl<DB, M, T, F, Fut> HasHandler<DB, M> for crate::queue::state::JsonHandler<DB, T, F>
+where
+    DB: Backend,
+    M: Mode,
+    T: serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(T, Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    fn into_launch(self, config: QueueConfig) -> Box<dyn Launch<DB>> {
+        Box::new(Mounted {
+            config,
+            handler: self,
+            types: PhantomData::<fn() -> (DB, M)>,
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 mod claim;
 mod deliver;
 mod launch;
-mod schema;
+pub(crate) mod schema;
 pub(crate) mod wake;
 
 use std::fmt;
@@ -301,6 +301,8 @@ pub struct Stats {
     pub dropped: u64,
     /// Deliveries returned to the queue (retry and retry_after).
     pub retried: u64,
+    /// Rows moved to their dead letter.
+    pub dead_lettered: u64,
     /// Settlements that found their lease taken by a later claim.
     pub lease_lost: u64,
     /// Settlements that failed for another reason (the row is delivered again later).
@@ -319,6 +321,7 @@ pub(crate) struct Counters {
     pub(crate) acked: AtomicU64,
     pub(crate) dropped: AtomicU64,
     pub(crate) retried: AtomicU64,
+    pub(crate) dead_lettered: AtomicU64,
     pub(crate) lease_lost: AtomicU64,
     pub(crate) failed: AtomicU64,
     pub(crate) panicked: AtomicU64,
@@ -337,6 +340,7 @@ impl Counters {
             acked: get(&self.acked),
             dropped: get(&self.dropped),
             retried: get(&self.retried),
+            dead_lettered: get(&self.dead_lettered),
             lease_lost: get(&self.lease_lost),
             failed: get(&self.failed),
             panicked: get(&self.panicked),

@@ -7,14 +7,14 @@ use chrono::Utc;
 use sqlx::{Pool, SqlStr};
 
 use crate::backend::{Backend, query_values};
-use crate::dialect::{self, Dialect, Names, Stmt, Value};
+use crate::dialect::{self, DeadTarget, Dialect, Names, Stmt, Value};
 use crate::error::{Error, Result, SchemaError};
 use crate::form::advisory::{AdvisoryForm, Keys, fnv1a_32};
 use crate::form::lease::LeaseForm;
 use crate::form::row_lock::RowLockForm;
-use crate::form::{Clock, FormRuntime};
+use crate::form::{Clock, Custom, Dead, FormRuntime};
 use crate::queue::config::{Form, QueueConfig};
-use crate::table::table_parts;
+use crate::table::{DeadLetter, table_parts};
 
 /// Reads the server's version (refusing servers without `SKIP LOCKED`) and corrects `clock` by
 /// the server's. Returns whether the server has a clock of its own (SQLite shares this host's).
@@ -68,8 +68,30 @@ pub(super) async fn prepare<DB: Backend>(
     refuse_unbuilt(config)?;
     let names = Names::of_queue(DB::DIALECT, config)?;
     let mut conn = pool.acquire().await?;
-    check_columns::<DB>(&mut conn, config, &names).await?;
+    let columns = check_columns::<DB>(&mut conn, config).await?;
+    let dead_target = dead_target::<DB>(&mut conn, config, &columns).await?;
+    let guarded = matches!(config.form, Form::Lease { .. });
+    let dead = match dead_target {
+        Some((target, group)) => {
+            let sql = dialect::dead_letter(&names, &target, guarded);
+            prepare_all::<DB>(&mut conn, config, &sql.statements()).await?;
+            Some(Dead { sql, group })
+        }
+        None => None,
+    };
 
+    let mut custom = Vec::with_capacity(config.custom.len());
+    for (event, sql) in &config.custom {
+        let stmt = dialect::custom(DB::DIALECT, sql).map_err(|reason| {
+            Error::declaration(
+                config.label(),
+                format!("the custom {event:?} statement: {reason}"),
+            )
+        })?;
+        custom.push((*event, stmt));
+    }
+    let custom = Custom::new(custom);
+    prepare_all::<DB>(&mut conn, config, &custom.statements().collect::<Vec<_>>()).await?;
     let group = config.name.as_deref().map(Arc::<str>::from);
     let with_attempt = config.attempt.is_some();
     let table = Arc::<str>::from(config.table.name.as_str());
@@ -85,6 +107,9 @@ pub(super) async fn prepare<DB: Backend>(
                 clock,
                 queue: config.label().into(),
                 table,
+                dead,
+                custom,
+                begin_write: DB::DIALECT.begin_write(),
             })
         }
         Form::RowLock => {
@@ -98,6 +123,8 @@ pub(super) async fn prepare<DB: Backend>(
                 with_attempt,
                 clock,
                 table,
+                dead,
+                custom,
             })
         }
         Form::Advisory => {
@@ -129,10 +156,65 @@ pub(super) async fn prepare<DB: Backend>(
                 with_attempt,
                 clock,
                 table,
+                dead,
+                custom,
             })
         }
     };
     Ok(form)
+}
+
+/// Checks the dead letter against the database: a group needs a group column; a table must
+/// exist and have every column of the queue table.
+async fn dead_target<DB: Backend>(
+    conn: &mut DB::Connection,
+    config: &QueueConfig,
+    columns: &[Column],
+) -> Result<Option<(DeadTarget, Option<Arc<str>>)>> {
+    let dialect = DB::DIALECT;
+    match &config.dead_letter {
+        None => Ok(None),
+        Some(DeadLetter::Group(group)) => {
+            if config.table.group.is_none() {
+                return Err(Error::declaration(
+                    config.label(),
+                    format!(
+                        "`DeadLetter::group({group:?})` needs a group column on table `{}`; \
+                         declare it with `Table::group(..)`, or dead-letter into a table",
+                        config.table.name
+                    ),
+                ));
+            }
+            Ok(Some((DeadTarget::Group, Some(Arc::from(group.as_str())))))
+        }
+        Some(DeadLetter::Table(dead)) => {
+            let dead_columns = read_catalog::<DB>(conn, dead).await?;
+            let missing = |column: Option<&str>, reason: &str| {
+                Error::schema(config.label(), dead, column, reason)
+            };
+            if dead_columns.is_empty() {
+                return Err(missing(None, "the dead-letter table does not exist"));
+            }
+            for (column, _, _) in columns {
+                let same = |(name, _, _): &Column| match dialect {
+                    Dialect::Postgres => name == column,
+                    Dialect::MySql | Dialect::Sqlite => name.eq_ignore_ascii_case(column),
+                };
+                if !dead_columns.iter().any(same) {
+                    return Err(missing(
+                        Some(column),
+                        "the dead-letter table lacks a column of the queue table",
+                    ));
+                }
+            }
+            let columns = columns
+                .iter()
+                .map(|(column, _, _)| dialect.quote(column))
+                .collect::<Result<_>>()?;
+            let table = dialect.quote_table(dead)?;
+            Ok(Some((DeadTarget::Table { table, columns }, None)))
+        }
+    }
 }
 
 /// Prepares each statement, so that the server checks it before anything is claimed.
@@ -217,11 +299,6 @@ fn refuse_unbuilt(config: &QueueConfig) -> Result<()> {
     }
     if config.batch.is_some() {
         return unbuilt("a batch handler");
-    }
-    if let (Some(max), Some(to)) = (config.max_attempts, &config.dead_letter) {
-        return unbuilt(&format!(
-            "`max_attempts({max})` with the dead letter {to:?}"
-        ));
     }
     match (&config.table.group, &config.name) {
         (Some(column), None) => Err(Error::declaration(
@@ -310,21 +387,32 @@ impl Kind {
     }
 }
 
-/// Reads the table's columns from the catalog and checks each role's column and type.
-async fn check_columns<DB: Backend>(
+/// A column of a table: its name, its type, and `YES` when it takes NULL.
+pub(crate) type Column = (String, String, String);
+
+/// Reads a table's columns from the catalog (none when the table does not exist).
+pub(crate) async fn read_catalog<DB: Backend>(
     conn: &mut DB::Connection,
-    config: &QueueConfig,
-    names: &Names,
-) -> Result<()> {
-    let table = &config.table;
-    let (schema, bare) = table_parts(&table.name)?;
+    table: &str,
+) -> Result<Vec<Column>> {
+    let quoted = DB::DIALECT.quote_table(table)?;
+    let (schema, bare) = table_parts(table)?;
     let values = match DB::DIALECT {
-        Dialect::Postgres => vec![Value::Text(Some(&names.table))],
+        Dialect::Postgres => vec![Value::Text(Some(&quoted))],
         Dialect::MySql => vec![Value::Text(schema), Value::Text(Some(bare))],
         Dialect::Sqlite => vec![Value::Text(Some(bare)), Value::Text(schema)],
     };
     let sql = SqlStr::from_static(dialect::catalog(DB::DIALECT));
-    let columns = DB::fetch_triples(conn, query_values::<DB>(sql, &values)).await?;
+    Ok(DB::fetch_triples(conn, query_values::<DB>(sql, &values)).await?)
+}
+
+/// Reads the table's columns from the catalog and checks each role's column and type.
+async fn check_columns<DB: Backend>(
+    conn: &mut DB::Connection,
+    config: &QueueConfig,
+) -> Result<Vec<Column>> {
+    let table = &config.table;
+    let columns = read_catalog::<DB>(conn, &table.name).await?;
     let schema_error = |column: Option<&str>, reason: String| {
         Error::schema(config.label(), &table.name, column, reason)
     };
@@ -389,7 +477,7 @@ async fn check_columns<DB: Backend>(
             ));
         }
     }
-    Ok(())
+    Ok(columns)
 }
 
 #[cfg(test)]

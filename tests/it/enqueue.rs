@@ -148,3 +148,59 @@ async fn jobs_the_table_cannot_hold_are_refused() {
     assert_eq!(ctx.count(&grouped, "1 = 1").await + ctx.count(&plain, "1 = 1").await, 0);
     ctx.drop_tables().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    for _ in 0..3 {
+        table.enqueue(&ctx.pool, Job::new("ready").group("mail")).await.unwrap();
+    }
+    let hour = Duration::from_secs(3600);
+    table
+        .enqueue(&ctx.pool, Job::new("delayed").group("mail").delay(hour))
+        .await
+        .unwrap();
+    table.enqueue(&ctx.pool, Job::new("dead").group("mail_dead")).await.unwrap();
+    table.enqueue(&ctx.pool, Job::new("other").group("sms")).await.unwrap();
+    let dead = sqlx_queue::DeadLetter::group("mail_dead");
+    let inspect = sqlx_queue::Inspect::queue()
+        .group("mail")
+        .lease("locked_until")
+        .dead_letter(&dead);
+    let counts = table.counts(&ctx.pool, inspect).await.unwrap();
+    assert_eq!(
+        (counts.ready, counts.delayed, counts.in_work, counts.dead),
+        (3, 1, 0, 1)
+    );
+    // One row in work under a live lease.
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(table.clone())
+        .named("mail")
+        .lease("locked_until")
+        .handler({
+            let gate = std::sync::Arc::clone(&gate);
+            move |d: Delivery<Db>| {
+                let (gate, tx) = (std::sync::Arc::clone(&gate), tx.clone());
+                async move {
+                    let _ = tx.send(d.id());
+                    let _permit = gate.acquire().await;
+                    Outcome::retry()
+                }
+            }
+        });
+    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    recv(&mut seen, "a delivery in work", 10).await;
+    let counts = table.counts(&ctx.pool, inspect).await.unwrap();
+    assert_eq!((counts.ready, counts.in_work), (2, 1), "{counts:?}");
+    gate.add_permits(1000);
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}

@@ -364,3 +364,79 @@ async fn a_killed_consumer_process_returns_its_row_when_the_lease_expires() {
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_settlement_confirms_the_lease_first() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec { group: true, ..Spec::lease() }).await;
+    let table = jobs(&t).group("queue");
+    let id = table.enqueue(&ctx.pool, Job::new("x").group("mail")).await.unwrap();
+    let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
+    let pool = ctx.pool.clone();
+    let steal = format!("UPDATE {t} SET locked_until = ? WHERE id = {id}");
+    let queue = Queue::table(table)
+        .named("mail")
+        .lease("locked_until")
+        .custom(
+            sqlx_queue::Event::Ack,
+            format!("UPDATE {t} SET queue = 'acked' WHERE id = :id"),
+        )
+        .handler(move |_: Delivery<Db>| {
+            let (pool, steal) = (pool.clone(), steal.clone());
+            async move {
+                <Db as crate::support::TestDb>::exec_time(&pool, &steal, later_claim)
+                    .await
+                    .unwrap();
+                Outcome::ack()
+            }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+    wait_for("the lost lease counted", Duration::from_secs(10), || async {
+        running.stats().lease_lost == 1
+    })
+    .await;
+    assert_eq!(ctx.count(&t, "queue = 'acked'").await, 0, "the custom SQL did not run");
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[derive(serde::Deserialize)]
+struct Signup {
+    email: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_that_does_not_decode_is_dead_lettered_or_dropped() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec { group: true, ..Spec::lease() }).await;
+    let table = jobs(&t).group("queue");
+    for group in ["capped", "uncapped"] {
+        table.enqueue(&ctx.pool, Job::new("not json").group(group)).await.unwrap();
+        let good = Job::json(&serde_json::json!({ "email": "a@example.com" })).unwrap();
+        table.enqueue(&ctx.pool, good.group(group)).await.unwrap();
+    }
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let handler = move |signup: Signup, d: Delivery<Db>| {
+        let _ = tx.send((d.group().map(str::to_owned), signup.email));
+        async { Outcome::ack() }
+    };
+    let capped = Queue::table(table.clone())
+        .named("capped")
+        .lease("locked_until")
+        .attempt("attempt")
+        .max_attempts(3)
+        .dead_letter(sqlx_queue::DeadLetter::group("dead"))
+        .json_handler(handler.clone());
+    let uncapped = Queue::table(table).named("uncapped").lease("locked_until").json_handler(handler);
+    let running = runner(&ctx).mount(capped).mount(uncapped).start().await.unwrap();
+    for _ in 0..2 {
+        let (_, email) = recv(&mut seen, "the decoded payloads", 10).await;
+        assert_eq!(email, "a@example.com");
+    }
+    // The undecodable rows: moved to the dead letter where there is one, dropped elsewhere.
+    ctx.wait_count(&t, "queue = 'dead'", 1, 10).await;
+    ctx.wait_count(&t, "1 = 1", 1, 10).await;
+    running.shutdown().await.unwrap();
+    assert!(seen.try_recv().is_err(), "the handler saw only decoded payloads");
+    ctx.drop_tables().await;
+}

@@ -10,6 +10,7 @@ mod examples;
 mod support;
 
 include!("held.rs");
+include!("dead.rs");
 
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
@@ -39,7 +40,12 @@ macro_rules! per_database {
                 include!("docs.rs");
             }
             held_form_tests!(advisory, advisory_lock, true);
-            $(held_form_tests!($row_lock, row_lock, false);)?
+            dead_letter_tests!(lease_dead, true, lease("locked_until"));
+            dead_letter_tests!(advisory_dead, true, advisory_lock());
+            $(
+                held_form_tests!($row_lock, row_lock, false);
+                dead_letter_tests!(row_lock_dead, false, $row_lock());
+            )?
         }
     )*};
 }

@@ -139,14 +139,6 @@ async fn declarations_not_built_yet_are_refused_at_start() {
         .handler(|_: Delivery<Db, sqlx_queue::Transactional>| async { Outcome::ack() });
     let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
     assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
-    let capped = Queue::table(Table::new(&t))
-        .lease("locked_until")
-        .attempt("attempt")
-        .max_attempts(3)
-        .dead_letter(sqlx_queue::DeadLetter::table("elsewhere"))
-        .handler(|_: Delivery<Db>| async { Outcome::ack() });
-    let refused = Runner::new(ctx.pool.clone()).mount(capped).start().await;
-    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
     let batched = Queue::table(Table::new(&t))
         .lease("locked_until")
         .batch(8)
@@ -155,5 +147,67 @@ async fn declarations_not_built_yet_are_refused_at_start() {
         });
     let refused = Runner::new(ctx.pool.clone()).mount(batched).start().await;
     assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_that_cannot_work_is_found_at_start() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let capped = |dead: sqlx_queue::DeadLetter| {
+        Queue::table(Table::new(&t))
+            .lease("locked_until")
+            .attempt("attempt")
+            .max_attempts(3)
+            .dead_letter(dead)
+            .handler(|_: Delivery<Db>| async { Outcome::ack() })
+    };
+    let missing = Runner::new(ctx.pool.clone())
+        .mount(capped(sqlx_queue::DeadLetter::table("no_such_dead_table")))
+        .start()
+        .await;
+    let error = schema_error(missing);
+    assert_eq!((error.table.as_str(), error.column.as_deref()), ("no_such_dead_table", None));
+
+    let narrow = ctx.table(Spec { retry_after: false, ..Spec::lease() }).await;
+    let lacking = Runner::new(ctx.pool.clone())
+        .mount(capped(sqlx_queue::DeadLetter::table(&narrow)))
+        .start()
+        .await;
+    let error = schema_error(lacking);
+    assert_eq!((error.table.as_str(), error.column.as_deref()), (narrow.as_str(), Some("retry_after")));
+
+    let no_group = Runner::new(ctx.pool.clone())
+        .mount(capped(sqlx_queue::DeadLetter::group("dead")))
+        .start()
+        .await;
+    assert!(matches!(no_group, Err(Error::Declaration { .. })), "{no_group:?}");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_statement_that_cannot_work_is_found_at_start() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let with = |sql: String| {
+        Queue::table(Table::new(&t))
+            .lease("locked_until")
+            .custom(sqlx_queue::Event::Ack, sql)
+            .handler(|_: Delivery<Db>| async { Outcome::ack() })
+    };
+    let marker = Runner::new(ctx.pool.clone())
+        .mount(with(format!("DELETE FROM {t} WHERE id = :row")))
+        .start()
+        .await;
+    assert!(
+        matches!(&marker, Err(Error::Declaration { reason, .. }) if reason.contains(":row")),
+        "{marker:?}"
+    );
+    let refused = Runner::new(ctx.pool.clone())
+        .mount(with(format!("DELETE FROM {t} WHERE no_such_column = :id")))
+        .start()
+        .await;
+    let error = schema_error(refused);
+    assert!(error.statement.is_some_and(|s| s.contains("no_such_column")));
     ctx.drop_tables().await;
 }

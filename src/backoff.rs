@@ -1,0 +1,101 @@
+//! A backoff helper for handlers: the crate keeps no backoff policy of its own.
+
+use std::hash::BuildHasher as _;
+use std::time::Duration;
+
+/// The delay before the retry of a row on its `attempt`-th delivery: [`Backoff::default`]'s,
+/// exponential from 1 s, doubling per attempt up to 1 hour, with jitter.
+///
+/// # Examples
+///
+/// ```
+/// use sqlx::Sqlite;
+/// use sqlx_queue::{Delivery, Outcome, backoff};
+///
+/// async fn send(d: Delivery<Sqlite>) -> Outcome {
+///     let sent = false; // ...
+///     if sent { Outcome::ack() } else { Outcome::retry_after(backoff(d.attempt())) }
+/// }
+/// ```
+pub fn backoff(attempt: u32) -> Duration {
+    Backoff::default().delay(attempt)
+}
+
+/// Exponential backoff with jitter: the delay after attempt `n` is `base × 2^(n−1)`, at most
+/// `max`, then a random point in its upper half ("equal jitter"), so retries of rows that failed
+/// together spread out instead of returning together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+}
+
+impl Default for Backoff {
+    /// From 1 second, up to 1 hour.
+    fn default() -> Self {
+        Backoff {
+            base: Duration::from_secs(1),
+            max: Duration::from_secs(3600),
+        }
+    }
+}
+
+impl Backoff {
+    /// Backoff from `base`, doubling, up to `max`.
+    ///
+    /// # Panics
+    ///
+    /// `base` is zero, or `max` is shorter than `base`.
+    #[track_caller]
+    pub fn new(base: Duration, max: Duration) -> Self {
+        assert!(!base.is_zero(), "a backoff's base must be more than zero");
+        assert!(max >= base, "a backoff's max must be at least its base");
+        Backoff { base, max }
+    }
+
+    /// The delay after the `attempt`-th delivery (1 on the first).
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let doublings = attempt.saturating_sub(1).min(63);
+        let full = self
+            .base
+            .checked_mul(1u32.checked_shl(doublings).unwrap_or(u32::MAX))
+            .unwrap_or(self.max)
+            .min(self.max);
+        let half = full / 2;
+        // Randomness without a dependency: std's hasher keys are random per process and state.
+        let random = std::collections::hash_map::RandomState::new().hash_one(attempt);
+        let jitter = half.mul_f64((random >> 11) as f64 / (1u64 << 53) as f64);
+        half + jitter
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delays_double_up_to_the_max_within_their_upper_half() {
+        let backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(60));
+        for (attempt, full) in [
+            (1, 1),
+            (2, 2),
+            (3, 4),
+            (6, 32),
+            (7, 60),
+            (40, 60),
+            (u32::MAX, 60),
+        ] {
+            for _ in 0..50 {
+                let delay = backoff.delay(attempt);
+                let full = Duration::from_secs(full);
+                assert!(
+                    delay >= full / 2 && delay <= full,
+                    "attempt {attempt}: {delay:?}"
+                );
+            }
+        }
+        let spread: std::collections::HashSet<_> = (0..20).map(|_| backoff.delay(5)).collect();
+        assert!(spread.len() > 1, "jittered");
+        assert!(super::backoff(1) <= Duration::from_secs(1));
+    }
+}

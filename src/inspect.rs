@@ -1,0 +1,195 @@
+//! Inspection and repair for operators: how many rows a queue has in each state, and dead rows
+//! brought back.
+
+use sqlx::Acquire;
+
+use crate::backend::private::Driver as _;
+use crate::backend::{Backend, query};
+use crate::dialect::{self, Args, DeadSql, DeadTarget, Names};
+use crate::error::{Error, Result};
+use crate::form::Clock;
+use crate::runner::schema::read_catalog;
+use crate::table::{DeadLetter, Table};
+
+/// Which queue of a table to inspect or repair: its group, lease and attempt columns, and its
+/// dead letter — what its `Queue` declares.
+///
+/// # Examples
+///
+/// ```
+/// use sqlx_queue::{DeadLetter, Inspect};
+///
+/// let dead = DeadLetter::group("signups_dead");
+/// let signups = Inspect::queue().group("signups").lease("locked_until").attempt("attempt")
+///     .dead_letter(&dead);
+/// # let _ = signups;
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+#[must_use]
+pub struct Inspect<'a> {
+    group: Option<&'a str>,
+    lease: Option<&'a str>,
+    attempt: Option<&'a str>,
+    dead_letter: Option<&'a DeadLetter>,
+}
+
+impl<'a> Inspect<'a> {
+    /// A queue of the whole table (no group), without a lease, attempt column or dead letter.
+    pub fn queue() -> Self {
+        Inspect::default()
+    }
+
+    /// The queue's group value (its `named` value).
+    pub fn group(mut self, group: &'a str) -> Self {
+        self.group = Some(group);
+        self
+    }
+
+    /// The queue's lease column (the lease form): live leases count as in work.
+    pub fn lease(mut self, column: &'a str) -> Self {
+        self.lease = Some(column);
+        self
+    }
+
+    /// The queue's attempt column: re-queued rows start again at attempt 1.
+    pub fn attempt(mut self, column: &'a str) -> Self {
+        self.attempt = Some(column);
+        self
+    }
+
+    /// The queue's dead letter.
+    pub fn dead_letter(mut self, dead_letter: &'a DeadLetter) -> Self {
+        self.dead_letter = Some(dead_letter);
+        self
+    }
+}
+
+/// How many rows a queue has in each state, from [`Table::counts`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Counts {
+    /// Claimable now.
+    pub ready: u64,
+    /// Waiting for their `retry_after`.
+    pub delayed: u64,
+    /// Held by a live lease (the lease form; rows held by a row lock or an advisory key cannot be
+    /// counted without taking locks, and count as ready).
+    pub in_work: u64,
+    /// In the dead letter.
+    pub dead: u64,
+}
+
+impl Table {
+    /// Counts a queue's rows: ready, delayed, in work (live leases) and dead.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Identifier`] for a name that cannot be quoted, [`Error::Declaration`] for a group
+    /// dead letter on a table without a group column, [`Error::Database`].
+    pub async fn counts<'c, A>(&self, conn: A, queue: Inspect<'_>) -> Result<Counts>
+    where
+        A: Acquire<'c>,
+        A::Database: Backend,
+    {
+        let mut conn = conn.acquire().await?;
+        let (names, target) = self.resolve::<A::Database>(&mut conn, queue).await?;
+        let sql = dialect::inspect(&names, target.as_ref());
+        let args = Args {
+            now: Some(Clock::default().now()),
+            group: queue.group,
+            dead_group: dead_group(queue),
+            ..Args::default()
+        };
+        let mut count = async |stmt: Option<&crate::dialect::Stmt>| -> Result<u64> {
+            let Some(stmt) = stmt else { return Ok(0) };
+            let n = A::Database::fetch_i64(&mut conn, query(stmt, &args)).await?;
+            Ok(n.unwrap_or(0).try_into().unwrap_or(0))
+        };
+        Ok(Counts {
+            ready: count(Some(&sql.ready)).await?,
+            delayed: count(sql.delayed.as_ref()).await?,
+            in_work: count(sql.in_work.as_ref()).await?,
+            dead: count(sql.dead.as_ref()).await?,
+        })
+    }
+
+    /// Moves every dead row of a queue back to it — from its dead-letter group, or out of its
+    /// dead-letter table — with its attempt reset to 1 and no delay, and returns how many. One
+    /// statement, except a dead-letter table on MySQL/MariaDB and SQLite: a copy and a delete in
+    /// one transaction.
+    ///
+    /// # Errors
+    ///
+    /// As [`counts`](Table::counts); [`Error::Declaration`] when `queue` has no dead letter.
+    pub async fn requeue_dead<'c, A>(&self, conn: A, queue: Inspect<'_>) -> Result<u64>
+    where
+        A: Acquire<'c>,
+        A::Database: Backend,
+    {
+        let mut conn = conn.acquire().await?;
+        let (names, target) = self.resolve::<A::Database>(&mut conn, queue).await?;
+        let Some(target) = target else {
+            return Err(Error::declaration(
+                queue.group.unwrap_or(&self.name),
+                "requeue_dead needs the queue's dead letter: `Inspect::dead_letter(..)`",
+            ));
+        };
+        let sql = dialect::inspect(&names, Some(&target));
+        let args = Args {
+            group: queue.group,
+            dead_group: dead_group(queue),
+            ..Args::default()
+        };
+        match sql.requeue.expect("a requeue for a dead letter") {
+            DeadSql::One(stmt) => Ok(A::Database::execute(&mut conn, query(&stmt, &args)).await?),
+            DeadSql::CopyDelete { copy, delete } => {
+                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                let copied = A::Database::execute(&mut tx, query(&copy, &args)).await?;
+                A::Database::execute(&mut tx, query(&delete, &args)).await?;
+                tx.commit().await?;
+                Ok(copied)
+            }
+        }
+    }
+
+    /// The queue's quoted names and its dead letter, reading the table's columns for a
+    /// dead-letter table.
+    async fn resolve<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        queue: Inspect<'_>,
+    ) -> Result<(Names, Option<DeadTarget>)> {
+        let dialect = DB::DIALECT;
+        let mut names = Names::of_table(dialect, self)?;
+        names.lease = queue.lease.map(|c| dialect.quote(c)).transpose()?;
+        names.attempt = queue.attempt.map(|c| dialect.quote(c)).transpose()?;
+        let target = match queue.dead_letter {
+            None => None,
+            Some(DeadLetter::Group(_)) if self.group.is_none() => {
+                return Err(Error::declaration(
+                    &self.name,
+                    "a group dead letter needs the table's group column",
+                ));
+            }
+            Some(DeadLetter::Group(_)) => Some(DeadTarget::Group),
+            Some(DeadLetter::Table(dead)) => {
+                let columns = read_catalog::<DB>(conn, &self.name).await?;
+                Some(DeadTarget::Table {
+                    table: dialect.quote_table(dead)?,
+                    columns: columns
+                        .iter()
+                        .map(|(column, _, _)| dialect.quote(column))
+                        .collect::<Result<_>>()?,
+                })
+            }
+        };
+        Ok((names, target))
+    }
+}
+
+fn dead_group<'a>(queue: Inspect<'a>) -> Option<&'a str> {
+    match queue.dead_letter {
+        Some(DeadLetter::Group(group)) => Some(group),
+        _ => None,
+    }
+}
