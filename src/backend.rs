@@ -8,6 +8,7 @@
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
 use sqlx::query::Query;
 
 use crate::dialect::{Args, Dialect, Stmt, Value};
@@ -51,12 +52,26 @@ pub(crate) mod private {
             with_attempt: bool,
         ) -> impl Future<Output = Result<Vec<ClaimedRow>, sqlx::Error>> + Send;
 
-        /// Runs an insert, returning the new row's id (from `RETURNING` or the driver).
-        fn insert_id(
-            conn: &mut Self::Connection,
+        /// Runs an insert on any executor, returning the new row's id (from `RETURNING` or the
+        /// driver). Boxed, as sqlx's own executor methods are: an opaque future generic over the
+        /// executor's lifetimes would keep a handler that enqueues through `&mut *d.tx()` from
+        /// being `Send` (rust-lang/rust#100013).
+        fn insert_id<'e, 'c: 'e, E>(
+            executor: E,
             query: Q<Self>,
             returning: bool,
-        ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send;
+        ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+        where
+            E: 'e + sqlx::Executor<'c, Database = Self>;
+
+        /// Runs a statement on any executor, returning the number of rows it changed (boxed, as
+        /// `insert_id`).
+        fn execute_on<'e, 'c: 'e, E>(
+            executor: E,
+            query: Q<Self>,
+        ) -> BoxFuture<'e, Result<u64, sqlx::Error>>
+        where
+            E: 'e + sqlx::Executor<'c, Database = Self>;
 
         /// Runs a query returning three text columns (the catalog).
         fn fetch_triples(
@@ -128,6 +143,16 @@ macro_rules! driver_common {
 
         async fn execute(conn: &mut Self::Connection, query: Q<Self>) -> Result<u64, sqlx::Error> {
             Ok(query.execute(conn).await?.rows_affected())
+        }
+
+        fn execute_on<'e, 'c: 'e, E>(
+            executor: E,
+            query: Q<Self>,
+        ) -> BoxFuture<'e, Result<u64, sqlx::Error>>
+        where
+            E: 'e + sqlx::Executor<'c, Database = Self>,
+        {
+            Box::pin(async move { Ok(query.execute(executor).await?.rows_affected()) })
         }
 
         async fn fetch_claimed(
@@ -234,13 +259,16 @@ mod postgres {
             Ok(())
         }
 
-        async fn insert_id(
-            conn: &mut Self::Connection,
+        fn insert_id<'e, 'c: 'e, E>(
+            executor: E,
             query: Q<Self>,
             _returning: bool,
-        ) -> Result<i64, sqlx::Error> {
+        ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+        where
+            E: 'e + sqlx::Executor<'c, Database = Self>,
+        {
             use sqlx::Row as _;
-            query.fetch_one(conn).await?.try_get(0)
+            Box::pin(async move { query.fetch_one(executor).await?.try_get(0) })
         }
 
         async fn server(
@@ -273,13 +301,18 @@ mod mysql {
             Ok(())
         }
 
-        async fn insert_id(
-            conn: &mut Self::Connection,
+        fn insert_id<'e, 'c: 'e, E>(
+            executor: E,
             query: Q<Self>,
             _returning: bool,
-        ) -> Result<i64, sqlx::Error> {
-            let id = query.execute(conn).await?.last_insert_id();
-            i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+        ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+        where
+            E: 'e + sqlx::Executor<'c, Database = Self>,
+        {
+            Box::pin(async move {
+                let id = query.execute(executor).await?.last_insert_id();
+                i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+            })
         }
 
         async fn server(
@@ -312,17 +345,22 @@ mod sqlite {
             Ok(())
         }
 
-        async fn insert_id(
-            conn: &mut Self::Connection,
+        fn insert_id<'e, 'c: 'e, E>(
+            executor: E,
             query: Q<Self>,
             returning: bool,
-        ) -> Result<i64, sqlx::Error> {
+        ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+        where
+            E: 'e + sqlx::Executor<'c, Database = Self>,
+        {
             use sqlx::Row as _;
-            if returning {
-                query.fetch_one(conn).await?.try_get(0)
-            } else {
-                Ok(query.execute(conn).await?.last_insert_rowid())
-            }
+            Box::pin(async move {
+                if returning {
+                    query.fetch_one(executor).await?.try_get(0)
+                } else {
+                    Ok(query.execute(executor).await?.last_insert_rowid())
+                }
+            })
         }
 
         async fn server(

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::Backend;
+use crate::form::held::HeldConn;
 use crate::queue::state::{Mode, Plain, TransactionalMode};
 
 /// The slot a transactional delivery's transaction lives in. The runner keeps the other handle:
 /// when the handler ends it takes the transaction back, and finds it still lent if the delivery
 /// (or a [`Tx`]) escaped into another task.
-pub(crate) type TxSlot<DB> = Arc<tokio::sync::Mutex<Option<sqlx::Transaction<'static, DB>>>>;
+pub(crate) type TxSlot<DB> = Arc<tokio::sync::Mutex<Option<HeldConn<DB>>>>;
 
 /// One row handed to a handler: its id, payload and attempt count, owned, so the handler's future
 /// can be spawned.
@@ -30,13 +31,19 @@ pub struct Delivery<DB: Backend, M: Mode = Plain> {
 }
 
 impl<DB: Backend, M: Mode> Delivery<DB, M> {
-    pub(crate) fn new(id: i64, payload: Vec<u8>, attempt: u32, group: Option<Arc<str>>) -> Self {
+    pub(crate) fn new(
+        id: i64,
+        payload: Vec<u8>,
+        attempt: u32,
+        group: Option<Arc<str>>,
+        tx: Option<TxSlot<DB>>,
+    ) -> Self {
         Delivery {
             id,
             payload,
             attempt,
             group,
-            tx: None,
+            tx,
             mode: PhantomData,
         }
     }
@@ -85,9 +92,14 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
     ///
     /// Exists only on a [`.transactional()`](crate::Queue::transactional) queue's deliveries.
     ///
+    /// Keep the [`Tx`] (and the delivery) inside the handler: a delivery still held elsewhere
+    /// when the handler's future ends — moved into a spawned task, say — makes the settlement
+    /// fail with [`Error::TransactionHeld`](crate::Error::TransactionHeld), and nothing commits.
+    ///
     /// # Panics
     ///
-    /// The transaction is gone: the runner has already settled the delivery.
+    /// The transaction is gone: the delivery escaped its handler and the runner has taken the
+    /// transaction back to roll it back.
     pub fn tx(&mut self) -> Tx<'_, DB>
     where
         M: TransactionalMode,
@@ -99,7 +111,10 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
         let guard = slot
             .try_lock()
             .expect("the runner holds the transaction only after the handler ended");
-        assert!(guard.is_some(), "the delivery was already settled");
+        assert!(
+            guard.is_some(),
+            "the delivery outlived its handler: its transaction was rolled back"
+        );
         Tx { guard }
     }
 }
@@ -119,7 +134,7 @@ impl<DB: Backend, M: Mode> fmt::Debug for Delivery<DB, M> {
 /// A transactional delivery's transaction, lent to the handler: it dereferences to the
 /// database's connection, so `&mut *tx` runs statements inside the transaction.
 pub struct Tx<'d, DB: Backend> {
-    guard: tokio::sync::MutexGuard<'d, Option<sqlx::Transaction<'static, DB>>>,
+    guard: tokio::sync::MutexGuard<'d, Option<HeldConn<DB>>>,
 }
 
 impl<DB: Backend> Deref for Tx<'_, DB> {

@@ -6,9 +6,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::{Acquire, AssertSqlSafe, SqlSafeStr as _};
+use sqlx::{AssertSqlSafe, Executor, SqlSafeStr as _};
 
-use crate::backend::private::Driver as _;
 use crate::backend::{Backend, query, query_values};
 use crate::dialect::{self, Args, Dialect, EnqueueSql, Names, Value};
 use crate::error::{Error, Result};
@@ -137,68 +136,71 @@ impl Table {
     /// [`Error::Identifier`] for a name that cannot be quoted; [`Error::Declaration`] for a job
     /// the table cannot hold (no group on a table with a group column, a group or a delay the
     /// table has no column for); [`Error::Database`] from the insert.
-    pub async fn enqueue<'c, A>(&self, conn: A, job: Job<'_>) -> Result<i64>
+    pub async fn enqueue<'c, DB, E>(&self, executor: E, job: Job<'_>) -> Result<i64>
     where
-        A: Acquire<'c>,
-        A::Database: Backend,
+        DB: Backend,
+        E: Executor<'c, Database = DB>,
     {
         self.check(&job)?;
-        let sql = rendered(A::Database::DIALECT, self)?;
+        let sql = rendered(DB::DIALECT, self)?;
         let args = Args {
             payload: &job.payload,
             group: job.group.as_deref(),
             at: job.delay.map(|delay| Clock::default().after(delay)),
             ..Args::default()
         };
-        let mut conn = conn.acquire().await?;
-        let id =
-            A::Database::insert_id(&mut *conn, query(&sql.insert, &args), sql.returning).await?;
+        let insert = query(&sql.insert, &args);
+        let id = DB::insert_id(executor, insert, sql.returning).await?;
         wake::wake(&self.name, job.group.as_deref());
         Ok(id)
     }
 
-    /// Inserts many jobs with one statement (one per 30,000 bound values), returning how many
-    /// were inserted. Pass a transaction to make them commit together: on a pool or a
-    /// connection, the statements of a long list commit one by one, and an error may leave the
-    /// first ones inserted.
+    /// Inserts many jobs with one statement, returning how many were inserted. One statement
+    /// binds at most 30,000 values — 30,000 jobs, or 15,000 or 10,000 on a table with a group
+    /// or also a `retry_after` column ([`Table::max_batch`]): call it once per slice of a longer
+    /// list, inside one transaction to commit them together.
     ///
     /// # Errors
     ///
-    /// As [`enqueue`](Table::enqueue), for any of the jobs; nothing is inserted when a job is
-    /// refused before the first statement.
-    pub async fn enqueue_many<'c, A>(&self, conn: A, jobs: &[Job<'_>]) -> Result<u64>
+    /// As [`enqueue`](Table::enqueue), for any of the jobs; [`Error::Declaration`] for more jobs
+    /// than one statement takes. Nothing is inserted then.
+    pub async fn enqueue_many<'c, DB, E>(&self, executor: E, jobs: &[Job<'_>]) -> Result<u64>
     where
-        A: Acquire<'c>,
-        A::Database: Backend,
+        DB: Backend,
+        E: Executor<'c, Database = DB>,
     {
-        let names = Names::of_table(A::Database::DIALECT, self)?;
+        let names = Names::of_table(DB::DIALECT, self)?;
         for job in jobs {
             self.check(job)?;
         }
         if jobs.is_empty() {
             return Ok(0);
         }
-        let per_row =
-            1 + usize::from(names.group.is_some()) + usize::from(names.retry_after.is_some());
-        let clock = Clock::default();
-        let mut conn = conn.acquire().await?;
-        let mut inserted = 0;
-        let mut values = Vec::with_capacity(jobs.len().min(MAX_VALUES / per_row) * per_row);
-        for chunk in jobs.chunks(MAX_VALUES / per_row) {
-            values.clear();
-            for job in chunk {
-                values.push(Value::Bytes(&job.payload));
-                if names.group.is_some() {
-                    values.push(Value::Text(job.group.as_deref()));
-                }
-                if names.retry_after.is_some() {
-                    values.push(Value::Time(job.delay.map(|delay| clock.after(delay))));
-                }
-            }
-            let sql = AssertSqlSafe(dialect::enqueue_many(&names, chunk.len())).into_sql_str();
-            let q = query_values::<A::Database>(sql, &values);
-            inserted += A::Database::execute(&mut *conn, q).await?;
+        if jobs.len() > self.max_batch() {
+            return Err(Error::declaration(
+                &self.name,
+                format!(
+                    "{} jobs do not fit one statement: enqueue_many takes at most {} on this \
+                     table; call it once per slice, inside one transaction",
+                    jobs.len(),
+                    self.max_batch()
+                ),
+            ));
         }
+        let clock = Clock::default();
+        let mut values = Vec::with_capacity(jobs.len() * self.values_per_job());
+        for job in jobs {
+            values.push(Value::Bytes(&job.payload));
+            if names.group.is_some() {
+                values.push(Value::Text(job.group.as_deref()));
+            }
+            if names.retry_after.is_some() {
+                values.push(Value::Time(job.delay.map(|delay| clock.after(delay))));
+            }
+        }
+        let sql = AssertSqlSafe(dialect::enqueue_many(&names, jobs.len())).into_sql_str();
+        let q = query_values::<DB>(sql, &values);
+        let inserted = DB::execute_on(executor, q).await?;
         let mut woken: Vec<Option<&str>> = Vec::new();
         for job in jobs {
             let group = job.group.as_deref();
@@ -208,6 +210,16 @@ impl Table {
             }
         }
         Ok(inserted)
+    }
+
+    /// The most jobs one [`enqueue_many`](Table::enqueue_many) inserts: one statement binds at
+    /// most 30,000 values.
+    pub fn max_batch(&self) -> usize {
+        MAX_VALUES / self.values_per_job()
+    }
+
+    fn values_per_job(&self) -> usize {
+        1 + usize::from(self.group.is_some()) + usize::from(self.retry_after.is_some())
     }
 
     /// Refuses a job this table cannot hold.

@@ -23,7 +23,7 @@ pub use enqueue::Job;
 pub use error::{Error, Result, SchemaError};
 pub use inspect::{Counts, Inspect};
 pub use queue::state::{Plain, Transactional};
-pub use queue::{DEFAULT_LEASE, Event, MAX_WORKERS, Queue, state};
+pub use queue::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, Queue, SqliteMode, state};
 pub use runner::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, Runner, Running, ShutdownReport, Stats,
 };

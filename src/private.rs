@@ -88,6 +88,8 @@ pub fn statements(
         batch: None,
         workers,
         custom: Vec::new(),
+        isolation: None,
+        sqlite_mode: None,
     };
     let names = Names::of_queue(dialect, &config)?;
     let mut all = Vec::new();

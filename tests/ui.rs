@@ -6,4 +6,7 @@
 fn misuse_does_not_compile() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/ui/*.rs");
+    // What must compile: handlers that write and enqueue through their delivery's transaction
+    // (their futures must be `Send` to be spawned).
+    cases.pass("tests/ui/pass/*.rs");
 }

@@ -65,6 +65,35 @@ impl Dialect {
         (self == Dialect::Sqlite).then_some("BEGIN IMMEDIATE")
     }
 
+    /// What begins a delivery's transaction: at `isolation` (PostgreSQL, MySQL/MariaDB; read
+    /// committed unless told), or in `mode` (SQLite; deferred unless told).
+    pub(crate) fn begin_delivery(
+        self,
+        isolation: Option<crate::queue::Isolation>,
+        mode: Option<crate::queue::SqliteMode>,
+    ) -> Option<&'static str> {
+        use crate::queue::{Isolation, SqliteMode};
+        match (self, isolation, mode) {
+            (Dialect::Postgres, Some(Isolation::RepeatableRead), _) => {
+                Some("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            }
+            (Dialect::Postgres, Some(Isolation::Serializable), _) => {
+                Some("BEGIN ISOLATION LEVEL SERIALIZABLE")
+            }
+            (Dialect::Postgres, _, _) => Some("BEGIN ISOLATION LEVEL READ COMMITTED"),
+            (Dialect::MySql, Some(Isolation::RepeatableRead), _) => {
+                Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION")
+            }
+            (Dialect::MySql, Some(Isolation::Serializable), _) => {
+                Some("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE; START TRANSACTION")
+            }
+            (Dialect::MySql, _, _) => Some(mysql::BEGIN_READ_COMMITTED),
+            (Dialect::Sqlite, _, Some(SqliteMode::Immediate)) => Some("BEGIN IMMEDIATE"),
+            (Dialect::Sqlite, _, Some(SqliteMode::Exclusive)) => Some("BEGIN EXCLUSIVE"),
+            (Dialect::Sqlite, _, _) => None,
+        }
+    }
+
     /// The product name, for messages.
     pub(crate) fn product(self) -> &'static str {
         match self {

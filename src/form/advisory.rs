@@ -243,9 +243,9 @@ impl AdvisoryForm {
         Ok(())
     }
 
-    /// Settles row `id` on the session holding its key (each statement commits on its own),
-    /// then releases the key. A statement that fails still releases the key, and the row
-    /// returns as it was.
+    /// Settles row `id` on the session holding its key (each statement commits on its own, or
+    /// with the delivery's transaction when `conn` is in one), then releases the key. A statement
+    /// that fails still releases the key, and the row returns as it was.
     pub(crate) async fn settle<DB: Backend>(
         &self,
         mut conn: HeldConn<DB>,
@@ -262,7 +262,7 @@ impl AdvisoryForm {
         if let Settle::RetryAfter(delay) = outcome.0 {
             args.at = Some(self.clock.after(delay));
         }
-        let settled = match (self.custom.get(outcome.0), &self.dead, outcome.0) {
+        let mut settled = match (self.custom.get(outcome.0), &self.dead, outcome.0) {
             (Some(custom), _, _) => DB::execute(&mut conn, query(custom, &args)).await.map(drop),
             (None, Some(dead), Settle::DeadLetter) => dead.run(&mut conn, &args).await.map(drop),
             (None, _, settle) => match self.statement(settle, id) {
@@ -270,6 +270,13 @@ impl AdvisoryForm {
                 None => Ok(()),
             },
         };
+        // A transactional ack settles in the delivery's transaction: it ends before the unlock.
+        if conn.depth() > 0 {
+            settled = match settled {
+                Ok(()) => conn.commit().await,
+                Err(error) => conn.rollback().await.and(Err(error)),
+            };
+        }
         let unlocked = self.unlock(&mut conn, id).await;
         settled?;
         unlocked?;

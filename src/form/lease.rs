@@ -9,6 +9,7 @@ use sqlx::{Connection as _, Pool};
 use tokio::time::Instant;
 
 use super::held::HeldConn;
+use super::row_lock::no_retry_after;
 use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Outcome, Settle};
@@ -102,17 +103,20 @@ impl LeaseForm {
         Ok((changed == 1).then_some(new_token))
     }
 
-    /// Settles row `id` by `outcome`.
+    /// Settles row `id` by `outcome`, on `tx` — the delivery's own transaction, committed with
+    /// the settlement — or on a connection of the pool.
     ///
     /// # Errors
     ///
-    /// [`Error::LeaseLost`] when the row no longer carries `token`; nothing was changed.
+    /// [`Error::LeaseLost`] when the row no longer carries `token`; nothing was changed, and
+    /// `tx` was rolled back.
     pub(crate) async fn settle<DB: Backend>(
         &self,
         pool: &Pool<DB>,
         id: i64,
         token: DateTime<Utc>,
         outcome: Outcome,
+        tx: Option<HeldConn<DB>>,
     ) -> Result<()> {
         let mut args = Args {
             id,
@@ -125,51 +129,56 @@ impl LeaseForm {
         if let Settle::RetryAfter(delay) = outcome.0 {
             args.at = Some(self.clock.after(delay));
         }
-        if let Some(custom) = self.custom.get(outcome.0) {
-            // The lease first: confirmed and locked in the transaction the custom SQL runs in.
-            let mut conn = HeldConn::new(pool.acquire().await?);
-            conn.begin(self.begin_write).await?;
-            if DB::fetch_i64(&mut conn, query(&self.sql.confirm, &args))
-                .await?
-                .is_none()
-            {
-                conn.rollback().await?;
-                return Err(self.lost(id));
+        let mut conn = match tx {
+            Some(tx) => tx,
+            None => HeldConn::new(pool.acquire().await?),
+        };
+        let settled = match (self.custom.get(outcome.0), &self.dead, outcome.0) {
+            (Some(custom), _, _) => {
+                // The lease first: confirmed and locked in the transaction the custom SQL runs in.
+                if conn.depth() == 0 {
+                    conn.begin(self.begin_write).await?;
+                }
+                let held = DB::fetch_i64(&mut conn, query(&self.sql.confirm, &args))
+                    .await?
+                    .is_some();
+                if held {
+                    DB::execute(&mut conn, query(custom, &args)).await?;
+                }
+                held
             }
-            DB::execute(&mut conn, query(custom, &args)).await?;
-            conn.commit().await?;
-            return Ok(());
+            (None, Some(dead), Settle::DeadLetter) => dead.run(&mut conn, &args).await?,
+            (None, _, settle) => {
+                let stmt = self.statement(settle, id);
+                DB::execute(&mut conn, query(stmt, &args)).await? > 0
+            }
+        };
+        if conn.depth() > 0 {
+            if settled {
+                conn.commit().await?;
+            } else {
+                conn.rollback().await?;
+            }
         }
-        let stmt = match outcome.0 {
-            Settle::DeadLetter => match &self.dead {
-                Some(dead) => {
-                    let mut conn = HeldConn::new(pool.acquire().await?);
-                    return match dead.run(&mut conn, &args).await? {
-                        true => Ok(()),
-                        false => Err(self.lost(id)),
-                    };
-                }
-                None => {
-                    no_dead_letter(&self.table, id);
-                    &self.sql.finish
-                }
-            },
+        if settled { Ok(()) } else { Err(self.lost(id)) }
+    }
+
+    /// The crate's own statement for `settle` (a move to a dead letter runs apart).
+    fn statement(&self, settle: Settle, id: i64) -> &Stmt {
+        match settle {
+            Settle::DeadLetter => {
+                no_dead_letter(&self.table, id);
+                &self.sql.finish
+            }
             Settle::Ack | Settle::Drop | Settle::Undecodable => &self.sql.finish,
             Settle::Retry => &self.sql.release,
             Settle::RetryAfter(delay) => match &self.sql.retry_after {
                 Some(stmt) => stmt,
                 None => {
-                    tracing::warn!(
-                        "table `{}` has no retry_after column: retry_after({delay:?}) is a retry",
-                        self.table
-                    );
+                    no_retry_after(&self.table, delay);
                     &self.sql.release
                 }
             },
-        };
-        match self.run(pool, stmt, &args).await? {
-            0 => Err(self.lost(id)),
-            _ => Ok(()),
         }
     }
 

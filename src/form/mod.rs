@@ -113,6 +113,8 @@ pub(crate) enum Hold<DB: Backend> {
     Lease(DateTime<Utc>, tokio::time::Instant),
     /// The connection holding the claim's transaction (row lock) or the row's key (advisory).
     Conn(HeldConn<DB>),
+    /// That connection, lent to a transactional handler for now.
+    Lent,
 }
 
 impl FormRuntime {
@@ -159,17 +161,20 @@ impl FormRuntime {
         }
     }
 
-    /// Settles row `id` by `outcome`, where its form holds it.
+    /// Settles row `id` by `outcome`, where its form holds it. `tx` is a transactional lease
+    /// delivery's own transaction, which an ack commits with the settlement (the other forms'
+    /// transactions are on the connection they hold).
     pub(crate) async fn settle<DB: Backend>(
         &self,
         pool: &Pool<DB>,
         id: i64,
         hold: Hold<DB>,
         outcome: Outcome,
+        tx: Option<HeldConn<DB>>,
     ) -> Result<()> {
         match (self, hold) {
             (FormRuntime::Lease(lease), Hold::Lease(token, _)) => {
-                lease.settle(pool, id, token, outcome).await
+                lease.settle(pool, id, token, outcome, tx).await
             }
             (FormRuntime::RowLock(row_lock), Hold::Conn(mut conn)) => {
                 row_lock.settle(&mut conn, id, outcome).await

@@ -25,6 +25,8 @@ pub struct QueueConfig {
     pub(crate) batch: Option<usize>,
     pub(crate) workers: usize,
     pub(crate) custom: Vec<(super::Event, String)>,
+    pub(crate) isolation: Option<super::Isolation>,
+    pub(crate) sqlite_mode: Option<super::SqliteMode>,
 }
 
 impl QueueConfig {

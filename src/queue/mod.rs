@@ -30,6 +30,35 @@ pub enum Event {
     DeadLetter,
 }
 
+/// The isolation level of a transactional queue's transactions, on PostgreSQL and
+/// MySQL/MariaDB ([`Queue::isolation`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Isolation {
+    /// Each statement sees what was committed before it began (the default).
+    ReadCommitted,
+    /// The transaction sees one snapshot. On PostgreSQL a row lock claim may then fail with a
+    /// serialization error under contention (the runner retries it); on MySQL/MariaDB locking
+    /// reads take gap locks, so the row lock form refuses it.
+    RepeatableRead,
+    /// Transactions behave as if run one at a time; the database aborts the ones that cannot,
+    /// and their deliveries fail their settlement and are delivered again. The row lock form
+    /// refuses it on MySQL/MariaDB.
+    Serializable,
+}
+
+/// How a transactional queue's transactions begin on SQLite ([`Queue::sqlite_mode`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SqliteMode {
+    /// `BEGIN DEFERRED` (the default): the write lock is taken at the first write.
+    Deferred,
+    /// `BEGIN IMMEDIATE`: the write lock is taken at once.
+    Immediate,
+    /// `BEGIN EXCLUSIVE`: no other connection reads or writes until the delivery settles.
+    Exclusive,
+}
+
 /// The most deliveries one queue keeps in work at once.
 pub const MAX_WORKERS: usize = 10_000;
 
@@ -74,6 +103,8 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     name: Option<String>,
     workers: usize,
     custom: Vec<(Event, String)>,
+    isolation: Option<Isolation>,
+    sqlite_mode: Option<SqliteMode>,
     form: F,
     attempt: A,
     cap: C,
@@ -90,6 +121,8 @@ impl Queue {
             name: None,
             workers: 1,
             custom: Vec::new(),
+            isolation: None,
+            sqlite_mode: None,
             form: NoForm,
             attempt: NoAttempt,
             cap: NoCap,
@@ -115,6 +148,8 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
             name: self.name,
             workers: self.workers,
             custom: self.custom,
+            isolation: self.isolation,
+            sqlite_mode: self.sqlite_mode,
             form: form(self.form),
             attempt: attempt(self.attempt),
             cap: cap(self.cap),
@@ -264,6 +299,27 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self
     }
 
+    /// The isolation level of the deliveries' transactions on PostgreSQL and MySQL/MariaDB
+    /// (default [`Isolation::ReadCommitted`]). A SQLite runner refuses it at start: use
+    /// [`sqlite_mode`](Queue::sqlite_mode).
+    pub fn isolation(mut self, level: Isolation) -> Self
+    where
+        M: TransactionalQueue,
+    {
+        self.isolation = Some(level);
+        self
+    }
+
+    /// How the deliveries' transactions begin on SQLite (default [`SqliteMode::Deferred`]). A
+    /// PostgreSQL or MySQL runner refuses it at start: use [`isolation`](Queue::isolation).
+    pub fn sqlite_mode(mut self, mode: SqliteMode) -> Self
+    where
+        M: TransactionalQueue,
+    {
+        self.sqlite_mode = Some(mode);
+        self
+    }
+
     /// How many deliveries are in work at once (default 1). One claim takes as many rows as there
     /// are free workers, up to 1,000.
     ///
@@ -377,6 +433,8 @@ where
             batch: self.batch.size(),
             workers: self.workers,
             custom: self.custom,
+            isolation: self.isolation,
+            sqlite_mode: self.sqlite_mode,
         };
         (config, self.handler)
     }

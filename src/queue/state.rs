@@ -257,6 +257,14 @@ impl Mode for Transactional {
 pub trait TransactionalMode: Mode {}
 impl TransactionalMode for Transactional {}
 
+/// A transactional queue (for its transactions' settings).
+#[diagnostic::on_unimplemented(
+    message = "only a transactional queue has transactions to configure",
+    label = "call `.transactional()` first"
+)]
+pub trait TransactionalQueue: Mode {}
+impl TransactionalQueue for Transactional {}
+
 /// A queue that is not transactional.
 #[diagnostic::on_unimplemented(
     message = "a transactional queue serves single deliveries, not batches",

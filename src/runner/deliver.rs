@@ -16,8 +16,9 @@ use tracing::Instrument as _;
 use super::launch::CallHandler;
 use super::{Counters, QueueRuntime};
 use crate::backend::{Backend, ClaimedRow};
-use crate::delivery::{Delivery, Outcome, Settle};
+use crate::delivery::{Delivery, Outcome, Settle, TxSlot};
 use crate::error::Error;
+use crate::form::held::HeldConn;
 use crate::form::lease::LeaseForm;
 use crate::form::{FormRuntime, Hold};
 use crate::queue::state::Mode;
@@ -74,29 +75,74 @@ async fn run<DB, M, H>(
             max_attempts = max,
             "row past max_attempts without a settlement: moved to the dead letter unhandled"
         );
-        settle(q, id, hold, Outcome::dead_letter()).await;
+        settle(q, id, hold, Outcome::dead_letter(), None).await;
         return;
     }
-    let delivery = Delivery::<DB, M>::new(id, row.payload, attempt, q.group.clone());
-    // The call itself runs inside the guard too: a handler may panic before its first await.
-    let handled = AssertUnwindSafe(async move { handler.call(delivery).await }).catch_unwind();
-    tokio::pin!(handled);
-
-    let result = match (&q.form, &mut hold) {
-        (FormRuntime::Lease(lease), Hold::Lease(token, taken)) => {
-            keep_lease(q, lease, id, token, *taken, handled).await
+    // A transactional delivery gets a transaction (see `lend`).
+    let slot = if M::TRANSACTIONAL {
+        match lend(q, &mut hold).await {
+            Ok(slot) => Some(slot),
+            Err(error) => {
+                tracing::warn!(%error, "could not open the delivery's transaction; row released");
+                q.form.release(&q.pool, id, hold).await;
+                return;
+            }
         }
-        _ => tokio::select! {
-            biased;
-            result = &mut handled => Some(result),
-            () = q.abort.cancelled() => None,
+    } else {
+        None
+    };
+    let delivery = Delivery::<DB, M>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
+
+    // The handler's future lives in this block only: when it ends, what it held is dropped.
+    let result = {
+        // The call itself runs inside the guard too: a handler may panic before its first await.
+        let handled = AssertUnwindSafe(async move { handler.call(delivery).await }).catch_unwind();
+        tokio::pin!(handled);
+        match (&q.form, &mut hold) {
+            (FormRuntime::Lease(lease), Hold::Lease(token, taken)) => {
+                keep_lease(q, lease, id, token, *taken, handled).await
+            }
+            _ => tokio::select! {
+                biased;
+                result = &mut handled => Some(result),
+                () = q.abort.cancelled() => None,
+            },
+        }
+    };
+
+    // Take the transaction back: a delivery that escaped its handler still holds it.
+    let tx = match slot {
+        None => None,
+        Some(slot) => match take_back(slot).await {
+            Ok(conn) => Some(conn),
+            Err(conn) => {
+                Counters::add(&q.stats.failed, 1);
+                let error = Error::TransactionHeld {
+                    queue: q.label.to_string(),
+                    id,
+                };
+                tracing::error!(%error, "nothing was committed; the row is released");
+                if let Some(conn) = conn {
+                    let _ = restore(&mut hold, conn, false).await;
+                }
+                // A connection still lent is closed when the escaped delivery drops it.
+                if !matches!(hold, Hold::Lent) {
+                    q.form.release(&q.pool, id, hold).await;
+                }
+                return;
+            }
         },
     };
 
     let Some(result) = result else {
         // Cancelled at the shutdown timeout: the row goes back unsettled, at once.
         q.cancelled.fetch_add(1, Ordering::Relaxed);
-        if q.form.release(&q.pool, id, hold).await {
+        if let Some(conn) = tx {
+            let _ = restore(&mut hold, conn, false).await;
+        }
+        // A connection whose rollback failed was closed: the server released what it held.
+        let released = matches!(hold, Hold::Lent) || q.form.release(&q.pool, id, hold).await;
+        if released {
             q.cancelled_released.fetch_add(1, Ordering::Relaxed);
             Counters::add(&q.stats.released, 1);
             q.note_unlock();
@@ -130,13 +176,100 @@ async fn run<DB, M, H>(
         }
         _ => outcome,
     };
-    settle(q, id, hold, outcome).await;
+
+    // Transactional: an ack commits the handler's writes with the settlement; any other outcome
+    // rolls them back first, then settles as a plain delivery would.
+    let mut lease_tx = None;
+    if let Some(conn) = tx {
+        let ack = outcome.0 == Settle::Ack;
+        match restore(&mut hold, conn, ack).await {
+            Ok(Some(conn)) => lease_tx = Some(conn),
+            Ok(None) => {}
+            Err(error) => {
+                Counters::add(&q.stats.failed, 1);
+                tracing::error!(%error, "could not end the handler's transaction; row released");
+                if !matches!(hold, Hold::Lent) {
+                    q.form.release(&q.pool, id, hold).await;
+                }
+                return;
+            }
+        }
+    }
+    settle(q, id, hold, outcome, lease_tx).await;
+}
+
+/// Lends a transactional delivery its transaction: row lock — a savepoint in the claim's
+/// transaction; advisory lock — a transaction on the session holding the key; lease — a
+/// transaction of the delivery's own, on a connection of the pool.
+async fn lend<DB: Backend>(
+    q: &QueueRuntime<DB>,
+    hold: &mut Hold<DB>,
+) -> Result<TxSlot<DB>, sqlx::Error> {
+    let conn = match hold {
+        Hold::Lease(..) => {
+            let mut conn = HeldConn::new(q.pool.acquire().await?);
+            conn.begin(q.tx_begin).await?;
+            conn
+        }
+        Hold::Conn(conn) => {
+            let begin = if conn.depth() > 0 { None } else { q.tx_begin };
+            conn.begin(begin).await?;
+            let Hold::Conn(conn) = std::mem::replace(hold, Hold::Lent) else {
+                unreachable!("matched above");
+            };
+            conn
+        }
+        Hold::Lent => unreachable!("lent once"),
+    };
+    Ok(Arc::new(tokio::sync::Mutex::new(Some(conn))))
+}
+
+/// Takes the transaction back from its slot: `Err` when the delivery escaped its handler (with
+/// the transaction, if it could be taken from the escaped delivery within 5 s).
+async fn take_back<DB: Backend>(slot: TxSlot<DB>) -> Result<HeldConn<DB>, Option<HeldConn<DB>>> {
+    match Arc::try_unwrap(slot) {
+        Ok(slot) => slot.into_inner().ok_or(None),
+        Err(shared) => Err(tokio::time::timeout(Duration::from_secs(5), shared.lock())
+            .await
+            .ok()
+            .and_then(|mut slot| slot.take())),
+    }
+}
+
+/// Ends the handler's part of a transaction: kept for the settlement on `ack` (a row lock's
+/// savepoint released into the claim's transaction), rolled back otherwise. The connection goes
+/// back to `hold` where the form holds one; a lease delivery's transaction is returned for an
+/// ack's settlement.
+async fn restore<DB: Backend>(
+    hold: &mut Hold<DB>,
+    mut conn: HeldConn<DB>,
+    ack: bool,
+) -> Result<Option<HeldConn<DB>>, sqlx::Error> {
+    let lent = matches!(hold, Hold::Lent);
+    match (ack, lent, conn.depth()) {
+        // Row lock: release the savepoint; the claim's transaction commits with the settlement.
+        (true, true, depth) if depth > 1 => conn.commit().await?,
+        (true, _, _) => {}
+        (false, _, _) => conn.rollback().await?,
+    }
+    if lent {
+        *hold = Hold::Conn(conn);
+        Ok(None)
+    } else {
+        Ok(ack.then_some(conn))
+    }
 }
 
 /// Settles a delivery and counts the result.
-async fn settle<DB: Backend>(q: &QueueRuntime<DB>, id: i64, hold: Hold<DB>, outcome: Outcome) {
+async fn settle<DB: Backend>(
+    q: &QueueRuntime<DB>,
+    id: i64,
+    hold: Hold<DB>,
+    outcome: Outcome,
+    tx: Option<HeldConn<DB>>,
+) {
     tracing::Span::current().record("outcome", outcome.name());
-    let settled = q.form.settle(&q.pool, id, hold, outcome).await;
+    let settled = q.form.settle(&q.pool, id, hold, outcome, tx).await;
     q.note_unlock();
     match settled {
         Ok(()) => {
@@ -190,7 +323,12 @@ async fn keep_lease<DB: Backend>(
         let extended = loop {
             tokio::select! {
                 extended = &mut extension => break extended,
-                result = &mut handled, if finished.is_none() => finished = Some(result),
+                result = &mut handled, if finished.is_none() => {
+                    if q.abandon_extension {
+                        return Some(result);
+                    }
+                    finished = Some(result);
+                }
                 () = q.abort.cancelled(), if finished.is_none() => return None,
             }
         };

@@ -36,6 +36,12 @@ pub struct QueueRuntime<DB: Backend> {
     pub(crate) group: Option<Arc<str>>,
     pub(crate) workers: usize,
     pub(crate) max_attempts: Option<u32>,
+    /// What begins a transactional delivery's transaction (lease and advisory forms).
+    pub(crate) tx_begin: Option<&'static str>,
+    /// A transactional SQLite queue: its handlers' transactions hold the write lock, so a lease
+    /// extension in flight when a handler ends is not awaited (it waits for that very lock; once
+    /// the settlement committed, its token guard makes it change nothing).
+    pub(crate) abandon_extension: bool,
     pub(crate) form: FormRuntime,
     pub(crate) wake: Arc<Notify>,
     pub(crate) poll_interval: Duration,
@@ -66,6 +72,9 @@ impl<DB: Backend> QueueRuntime<DB> {
             group: config.name.as_deref().map(Into::into),
             workers: config.workers,
             max_attempts: config.max_attempts,
+            tx_begin: DB::DIALECT.begin_delivery(config.isolation, config.sqlite_mode),
+            abandon_extension: config.transactional
+                && DB::DIALECT == crate::dialect::Dialect::Sqlite,
             form,
             wake: wake::register(&config.table.name, config.name.as_deref()),
             poll_interval,

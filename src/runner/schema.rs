@@ -13,6 +13,7 @@ use crate::form::advisory::{AdvisoryForm, Keys, fnv1a_32};
 use crate::form::lease::LeaseForm;
 use crate::form::row_lock::RowLockForm;
 use crate::form::{Clock, Custom, Dead, FormRuntime};
+use crate::queue::Isolation;
 use crate::queue::config::{Form, QueueConfig};
 use crate::table::{DeadLetter, table_parts};
 
@@ -65,7 +66,7 @@ pub(super) async fn prepare<DB: Backend>(
     config: &QueueConfig,
     clock: Clock,
 ) -> Result<FormRuntime> {
-    refuse_unbuilt(config)?;
+    refuse_unbuilt::<DB>(config)?;
     let names = Names::of_queue(DB::DIALECT, config)?;
     let mut conn = pool.acquire().await?;
     let columns = check_columns::<DB>(&mut conn, config).await?;
@@ -113,7 +114,11 @@ pub(super) async fn prepare<DB: Backend>(
             })
         }
         Form::RowLock => {
-            let sql = dialect::row_lock(&names);
+            let mut sql = dialect::row_lock(&names);
+            if config.transactional {
+                // The handler's transaction is the claim's: it begins at the queue's isolation.
+                sql.begin = DB::DIALECT.begin_delivery(config.isolation, config.sqlite_mode);
+            }
             let mut statements = vec![&sql.claim, &sql.finish];
             statements.extend(sql.retry.iter().chain(&sql.retry_after));
             prepare_all::<DB>(&mut conn, config, &statements).await?;
@@ -243,7 +248,7 @@ async fn prepare_all<DB: Backend>(
 pub(super) fn check_together<DB: Backend>(pool: &Pool<DB>, queues: &[&QueueConfig]) -> Result<()> {
     let held: usize = queues
         .iter()
-        .filter(|config| !matches!(config.form, Form::Lease { .. }))
+        .filter(|config| config.transactional || !matches!(config.form, Form::Lease { .. }))
         .map(|config| config.workers)
         .sum();
     let max = pool.options().get_max_connections() as usize;
@@ -252,10 +257,11 @@ pub(super) fn check_together<DB: Backend>(pool: &Pool<DB>, queues: &[&QueueConfi
         return Err(Error::declaration(
             &names.join(", "),
             format!(
-                "the row lock and advisory lock forms hold a pooled connection per delivery in \
-                 work: these queues need {held} connections for their workers and one more for \
-                 claims and settlements, and the pool has at most {max}; raise the pool's \
-                 max_connections to {} or lower `workers`",
+                "the row lock and advisory lock forms and transactional queues hold a pooled \
+                 connection per delivery in work: these queues need {held} connections for their \
+                 workers and one more for claims and settlements, and the pool has at most {max}; \
+                 raise the pool's max_connections to {} or lower `workers` (a handler that also \
+                 writes through the pool needs one more per worker)",
                 held + 1
             ),
         ));
@@ -283,7 +289,7 @@ pub(super) fn check_together<DB: Backend>(pool: &Pool<DB>, queues: &[&QueueConfi
 
 /// Declarations that type-check but that this version cannot run yet, or that contradict the
 /// table.
-fn refuse_unbuilt(config: &QueueConfig) -> Result<()> {
+fn refuse_unbuilt<DB: Backend>(config: &QueueConfig) -> Result<()> {
     let queue = config.label();
     let unbuilt = |what: &str| {
         Err(Error::declaration(
@@ -294,8 +300,27 @@ fn refuse_unbuilt(config: &QueueConfig) -> Result<()> {
             ),
         ))
     };
-    if config.transactional {
-        return unbuilt("transactional mode");
+    if config.isolation.is_some() && DB::DIALECT == Dialect::Sqlite {
+        return Err(Error::declaration(
+            queue,
+            "SQLite has no isolation levels: use `.sqlite_mode(..)`",
+        ));
+    }
+    if config.sqlite_mode.is_some() && DB::DIALECT != Dialect::Sqlite {
+        return Err(Error::declaration(
+            queue,
+            "`.sqlite_mode(..)` is for SQLite: use `.isolation(..)`",
+        ));
+    }
+    let above_read_committed = !matches!(config.isolation, None | Some(Isolation::ReadCommitted));
+    if DB::DIALECT == Dialect::MySql && matches!(config.form, Form::RowLock) && above_read_committed
+    {
+        return Err(Error::declaration(
+            queue,
+            "the row lock form claims with a locking read, which above READ COMMITTED takes gap \
+             locks on MySQL/MariaDB that block inserts: keep `Isolation::ReadCommitted`, or use \
+             the lease or advisory lock form",
+        ));
     }
     if config.batch.is_some() {
         return unbuilt("a batch handler");

@@ -70,7 +70,8 @@ async fn enqueue_many_inserts_every_job_in_bulk() {
         })
         .await;
     let jobs = Table::new(&t).group("queue").retry_after("retry_after");
-    let payloads: Vec<String> = (0..25_000).map(|i| format!("{i}")).collect();
+    assert_eq!(jobs.max_batch(), 10_000, "three values a job");
+    let payloads: Vec<String> = (0..10_001).map(|i| format!("{i}")).collect();
     let batch: Vec<Job<'_>> = payloads
         .iter()
         .enumerate()
@@ -79,9 +80,15 @@ async fn enqueue_many_inserts_every_job_in_bulk() {
             if i % 5 == 0 { job.delay(Duration::from_secs(3600)) } else { job }
         })
         .collect();
-    assert_eq!(jobs.enqueue_many(&ctx.pool, &batch).await.unwrap(), 25_000);
-    assert_eq!(ctx.count(&t, "queue = 'even'").await, 12_500);
-    assert_eq!(ctx.count(&t, "retry_after IS NOT NULL").await, 5_000);
+    let too_many = jobs.enqueue_many(&ctx.pool, &batch).await;
+    assert!(matches!(too_many, Err(Error::Declaration { .. })), "{too_many:?}");
+    assert_eq!(ctx.count(&t, "1 = 1").await, 0, "nothing inserted");
+    let batch = &batch[..10_000];
+    let mut tx = ctx.pool.begin().await.unwrap();
+    assert_eq!(jobs.enqueue_many(&mut *tx, batch).await.unwrap(), 10_000);
+    tx.commit().await.unwrap();
+    assert_eq!(ctx.count(&t, "queue = 'even'").await, 5_000);
+    assert_eq!(ctx.count(&t, "retry_after IS NOT NULL").await, 2_000);
     assert_eq!(jobs.enqueue_many(&ctx.pool, &[]).await.unwrap(), 0);
     ctx.drop_tables().await;
 }

@@ -35,3 +35,19 @@ fn quickstart_retries_one_email_and_empties_its_queue() {
         "{out}"
     );
 }
+
+#[test]
+fn transactional_discards_the_first_attempts_writes_and_commits_the_second() {
+    let out = run_example("transactional");
+    let lines: Vec<&str> = out.lines().collect();
+    let expected = [
+        "after the signup was queued: signup_jobs=1 accounts=0 welcome_jobs=0",
+        "after attempt 1 wrote, uncommitted: signup_jobs=1 accounts=0 welcome_jobs=0",
+        "attempt 1: the CRM times out: retry",
+        "after the retry rolled them back: signup_jobs=1 accounts=0 welcome_jobs=0",
+        "after attempt 2 wrote, uncommitted: signup_jobs=1 accounts=0 welcome_jobs=0",
+        "attempt 2: the CRM answers: ack",
+        "after the ack committed them with the settlement: signup_jobs=0 accounts=1 welcome_jobs=1",
+    ];
+    assert_eq!(lines, expected, "{out}");
+}

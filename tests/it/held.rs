@@ -410,6 +410,23 @@ macro_rules! held_form_tests {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_transactional_row_lock_above_read_committed_is_refused_on_mysql() {
+                if COUNTS_AT_TAKE || <Db as TestDb>::LABEL != "mysql" {
+                    return;
+                }
+                let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+                let t = ctx.table(Spec::lease()).await;
+                let queue = Queue::table(jobs(&t))
+                    .$form()
+                    .transactional()
+                    .isolation(sqlx_queue::Isolation::RepeatableRead)
+                    .handler(|_: Delivery<Db, sqlx_queue::Transactional>| async { Outcome::ack() });
+                let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
+                assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
+                ctx.drop_tables().await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_failed_settlement_returns_the_row_as_it_was() {
                 let Some(mut ctx) = Ctx::<Db>::new().await else { return };
                 let t = ctx.table(Spec::lease()).await;

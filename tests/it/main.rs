@@ -11,6 +11,7 @@ mod support;
 
 include!("held.rs");
 include!("dead.rs");
+include!("transactional.rs");
 
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
@@ -39,12 +40,19 @@ macro_rules! per_database {
                 use super::*;
                 include!("docs.rs");
             }
+            mod isolation {
+                use super::*;
+                include!("isolation.rs");
+            }
             held_form_tests!(advisory, advisory_lock, true);
             dead_letter_tests!(lease_dead, true, lease("locked_until"));
             dead_letter_tests!(advisory_dead, true, advisory_lock());
+            transactional_tests!(lease_tx, lease("locked_until"));
+            transactional_tests!(advisory_tx, advisory_lock());
             $(
                 held_form_tests!($row_lock, row_lock, false);
                 dead_letter_tests!(row_lock_dead, false, $row_lock());
+                transactional_tests!(row_lock_tx, $row_lock());
             )?
         }
     )*};

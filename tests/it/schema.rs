@@ -133,12 +133,6 @@ async fn a_time_column_that_cannot_be_null_or_a_payload_that_can_is_named() {
 async fn declarations_not_built_yet_are_refused_at_start() {
     let Some(mut ctx) = Ctx::<Db>::new().await else { return };
     let t = ctx.table(Spec::lease()).await;
-    let queue = Queue::table(Table::new(&t))
-        .lease("locked_until")
-        .transactional()
-        .handler(|_: Delivery<Db, sqlx_queue::Transactional>| async { Outcome::ack() });
-    let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
-    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
     let batched = Queue::table(Table::new(&t))
         .lease("locked_until")
         .batch(8)
@@ -209,5 +203,23 @@ async fn a_custom_statement_that_cannot_work_is_found_at_start() {
         .await;
     let error = schema_error(refused);
     assert!(error.statement.is_some_and(|s| s.contains("no_such_column")));
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transaction_settings_of_another_database_are_refused() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let sqlite = <Db as crate::support::TestDb>::LABEL == "sqlite";
+    let queue = Queue::table(Table::new(&t)).lease("locked_until").transactional();
+    let queue = if sqlite {
+        queue.isolation(sqlx_queue::Isolation::Serializable)
+    } else {
+        queue.sqlite_mode(sqlx_queue::SqliteMode::Immediate)
+    };
+    let queue =
+        queue.handler(|_: Delivery<Db, sqlx_queue::Transactional>| async { Outcome::ack() });
+    let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
+    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
     ctx.drop_tables().await;
 }
