@@ -243,9 +243,12 @@ mod postgres {
                 .slots
                 .iter()
                 .map(|slot| match slot {
-                    Slot::Id | Slot::IdAt(_) | Slot::Limit | Slot::Key | Slot::KeyClass => {
-                        <i64 as Type<Postgres>>::type_info()
-                    }
+                    Slot::Id
+                    | Slot::IdAt(_)
+                    | Slot::Limit
+                    | Slot::Key
+                    | Slot::KeyClass
+                    | Slot::Priority => <i64 as Type<Postgres>>::type_info(),
                     Slot::Token | Slot::NewToken | Slot::Now | Slot::At => {
                         <DateTime<Utc> as Type<Postgres>>::type_info()
                     }

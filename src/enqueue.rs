@@ -59,6 +59,7 @@ pub struct Job<'a> {
     payload: Cow<'a, [u8]>,
     group: Option<Cow<'a, str>>,
     delay: Option<Duration>,
+    priority: i64,
 }
 
 impl<'a> Job<'a> {
@@ -68,6 +69,7 @@ impl<'a> Job<'a> {
             payload: Cow::Borrowed(payload.as_ref()),
             group: None,
             delay: None,
+            priority: 0,
         }
     }
 
@@ -77,6 +79,7 @@ impl<'a> Job<'a> {
             payload: Cow::Owned(payload),
             group: None,
             delay: None,
+            priority: 0,
         }
     }
 
@@ -100,6 +103,13 @@ impl<'a> Job<'a> {
     /// Makes the job claimable only after `delay` (needs a `retry_after` column).
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
+        self
+    }
+
+    /// The job's priority on a table with a [priority](Table::priority) column: smaller first
+    /// (default 0).
+    pub fn priority(mut self, priority: i64) -> Self {
+        self.priority = priority;
         self
     }
 
@@ -147,6 +157,7 @@ impl Table {
             payload: &job.payload,
             group: job.group.as_deref(),
             at: job.delay.map(|delay| Clock::default().after(delay)),
+            priority: job.priority,
             ..Args::default()
         };
         let insert = query(&sql.insert, &args);
@@ -156,9 +167,9 @@ impl Table {
     }
 
     /// Inserts many jobs with one statement, returning how many were inserted. One statement
-    /// binds at most 30,000 values — 30,000 jobs, or 15,000 or 10,000 on a table with a group
-    /// or also a `retry_after` column ([`Table::max_batch`]): call it once per slice of a longer
-    /// list, inside one transaction to commit them together.
+    /// binds at most 30,000 values — a value per job for its payload, and one for each of its
+    /// group, `retry_after` and priority columns the table has: [`Table::max_batch`] jobs. Call
+    /// it once per slice of a longer list, inside one transaction to commit them together.
     ///
     /// # Errors
     ///
@@ -197,6 +208,9 @@ impl Table {
             if names.retry_after.is_some() {
                 values.push(Value::Time(job.delay.map(|delay| clock.after(delay))));
             }
+            if names.priority.is_some() {
+                values.push(Value::I64(job.priority));
+            }
         }
         let sql = AssertSqlSafe(dialect::enqueue_many(&names, jobs.len())).into_sql_str();
         let q = query_values::<DB>(sql, &values);
@@ -219,7 +233,9 @@ impl Table {
     }
 
     fn values_per_job(&self) -> usize {
-        1 + usize::from(self.group.is_some()) + usize::from(self.retry_after.is_some())
+        1 + usize::from(self.group.is_some())
+            + usize::from(self.retry_after.is_some())
+            + usize::from(self.priority.is_some())
     }
 
     /// Refuses a job this table cannot hold.

@@ -128,6 +128,13 @@ impl Table {
     {
         let mut conn = conn.acquire().await?;
         let (names, target) = self.resolve::<A::Database>(&mut conn, queue).await?;
+        if matches!(target, Some(DeadTarget::Group)) && queue.group.is_none() {
+            return Err(Error::declaration(
+                &self.name,
+                "requeue_dead from a dead-letter group needs the queue's group to return the rows \
+                 to: `Inspect::group(..)`",
+            ));
+        }
         let Some(target) = target else {
             return Err(Error::declaration(
                 queue.group.unwrap_or(&self.name),
@@ -163,6 +170,7 @@ impl Table {
         let mut names = Names::of_table(dialect, self)?;
         names.lease = queue.lease.map(|c| dialect.quote(c)).transpose()?;
         names.attempt = queue.attempt.map(|c| dialect.quote(c)).transpose()?;
+        names.one_group = names.group.is_some() && queue.group.is_some();
         let target = match queue.dead_letter {
             None => None,
             Some(DeadLetter::Group(_)) if self.group.is_none() => {

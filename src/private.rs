@@ -39,6 +39,7 @@ fn statement(role: impl Into<String>, stmt: &Stmt) -> Statement {
                 Slot::KeyClass => "key_class".to_owned(),
                 Slot::KeyPrefix => "key_prefix".to_owned(),
                 Slot::DeadGroup => "dead_group".to_owned(),
+                Slot::Priority => "priority".to_owned(),
             })
             .collect(),
     }
@@ -90,6 +91,7 @@ pub fn statements(
         custom: Vec::new(),
         isolation: None,
         sqlite_mode: None,
+        fifo: false,
     };
     let names = Names::of_queue(dialect, &config)?;
     let mut all = Vec::new();

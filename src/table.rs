@@ -31,6 +31,7 @@ pub struct Table {
     pub(crate) group: Option<String>,
     pub(crate) retry_after: Option<String>,
     pub(crate) processed_at: Option<String>,
+    pub(crate) priority: Option<String>,
 }
 
 impl Table {
@@ -43,6 +44,7 @@ impl Table {
             group: None,
             retry_after: None,
             processed_at: None,
+            priority: None,
         }
     }
 
@@ -75,6 +77,13 @@ impl Table {
     /// A `processed_at` column: ack and drop mark the row with the time instead of deleting it.
     pub fn processed_at(mut self, column: impl Into<String>) -> Self {
         self.processed_at = Some(column.into());
+        self
+    }
+
+    /// A priority column (an integer): claims take rows of smaller priority first, then the
+    /// earliest due (a row never delayed first), then the smallest id.
+    pub fn priority(mut self, column: impl Into<String>) -> Self {
+        self.priority = Some(column.into());
         self
     }
 

@@ -52,7 +52,7 @@ pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
             w.push(" AND ");
         }
     };
-    if let Some(group) = &n.group {
+    if let (Some(group), true) = (&n.group, n.one_group) {
         and(w);
         w.push(group).push(" = ").param(Slot::Group);
     }
@@ -80,9 +80,70 @@ pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
             .param(Slot::Now)
             .push(")");
     }
+    if n.fifo {
+        and(w);
+        fifo(w, n);
+    }
     if !any {
         w.push("1 = 1");
     }
+}
+
+/// FIFO within a group: a row is claimable only when no other row of its group is in work
+/// (under a live lease) and no earlier row of its group is due. A delayed row does not hold
+/// back later rows that are due.
+fn fifo(w: &mut SqlWriter, n: &Names) {
+    let group = n.group.as_deref().expect("FIFO needs a group column");
+    let lease = n.lease.as_deref().expect("FIFO needs the lease form");
+    let outer = |w: &mut SqlWriter, column: &str| {
+        w.push(&n.table).push(".").push(column);
+    };
+    let same_group = |w: &mut SqlWriter| {
+        w.push(" FROM ")
+            .push(&n.table)
+            .push(" AS h WHERE h.")
+            .push(group)
+            .push(" = ");
+        outer(w, group);
+        if let Some(processed_at) = &n.processed_at {
+            w.push(" AND h.").push(processed_at).push(" IS NULL");
+        }
+    };
+    w.push("NOT EXISTS (SELECT 1");
+    same_group(w);
+    w.push(" AND h.").push(&n.id).push(" <> ");
+    outer(w, &n.id);
+    w.push(" AND h.").push(lease).push(" >= ").param(Slot::Now);
+    w.push(") AND NOT EXISTS (SELECT 1");
+    same_group(w);
+    w.push(" AND h.").push(&n.id).push(" < ");
+    outer(w, &n.id);
+    if let Some(retry_after) = &n.retry_after {
+        w.push(" AND (h.")
+            .push(retry_after)
+            .push(" IS NULL OR h.")
+            .push(retry_after)
+            .push(" <= ")
+            .param(Slot::Now)
+            .push(")");
+    }
+    w.push(")");
+}
+
+/// ` ORDER BY`: priority (smaller first), then due time (a row never delayed first), then id.
+pub(super) fn order(w: &mut SqlWriter, n: &Names) {
+    w.push(" ORDER BY ");
+    if let Some(priority) = &n.priority {
+        w.push(priority).push(", ");
+        if let Some(retry_after) = &n.retry_after {
+            match n.dialect {
+                // NULLs sort first in ascending order on MySQL and SQLite, last on PostgreSQL.
+                Dialect::Postgres => w.push(retry_after).push(" NULLS FIRST, "),
+                Dialect::MySql | Dialect::Sqlite => w.push(retry_after).push(", "),
+            };
+        }
+    }
+    w.push(&n.id);
 }
 
 /// `id` read as a 64-bit integer (PostgreSQL decodes strictly; MySQL reads it signed).
@@ -210,7 +271,10 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
         .push(&n.table)
         .push(" (")
         .push(&n.payload);
-    for column in [&n.group, &n.retry_after].into_iter().flatten() {
+    for column in [&n.group, &n.retry_after, &n.priority]
+        .into_iter()
+        .flatten()
+    {
         w.push(", ").push(column);
     }
     w.push(") VALUES (").param(Slot::Payload);
@@ -219,6 +283,9 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
     }
     if n.retry_after.is_some() {
         w.push(", ").param(Slot::At);
+    }
+    if n.priority.is_some() {
+        w.push(", ").param(Slot::Priority);
     }
     w.push(")");
     if returning {

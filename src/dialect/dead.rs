@@ -139,7 +139,7 @@ fn count(n: &Names, table: &str, conditions: impl FnOnce(&mut SqlWriter)) -> Stm
 }
 
 fn not_processed(w: &mut SqlWriter, n: &Names) {
-    if let Some(group) = &n.group {
+    if let (Some(group), true) = (&n.group, n.one_group) {
         w.push(group).push(" = ").param(Slot::Group).push(" AND ");
     }
     match &n.processed_at {
@@ -175,11 +175,11 @@ pub(crate) fn inspect(n: &Names, target: Option<&DeadTarget>) -> InspectSql {
                 w.push(group).push(" = ").param(Slot::DeadGroup);
             })
         }
-        DeadTarget::Table { table, .. } => count(n, table, |w| match &n.group {
-            Some(group) => {
+        DeadTarget::Table { table, .. } => count(n, table, |w| match (&n.group, n.one_group) {
+            (Some(group), true) => {
                 w.push(group).push(" = ").param(Slot::Group);
             }
-            None => {
+            _ => {
                 w.push("1 = 1");
             }
         }),
@@ -243,7 +243,7 @@ fn requeue(n: &Names, target: &DeadTarget) -> DeadSql {
                 }
             };
             let of_group = |w: &mut SqlWriter| {
-                if let Some(group) = &n.group {
+                if let (Some(group), true) = (&n.group, n.one_group) {
                     w.push(" WHERE ").push(group).push(" = ").param(Slot::Group);
                 }
             };
@@ -272,7 +272,7 @@ fn requeue(n: &Names, target: &DeadTarget) -> DeadSql {
             // Deletes exactly the rows copied: their ids are in the queue table now.
             let mut w = n.writer();
             w.push("DELETE FROM ").push(table).push(" WHERE ");
-            if let Some(group) = &n.group {
+            if let (Some(group), true) = (&n.group, n.one_group) {
                 w.push(group).push(" = ").param(Slot::Group).push(" AND ");
             }
             w.push(&n.id)

@@ -1,6 +1,6 @@
 //! Statements of the forms that hold a connection per delivery: row lock and advisory lock.
 
-use super::common::{as_i64, claimable, finish};
+use super::common::{as_i64, claimable, finish, order};
 use super::{Dialect, Names, Slot, SqlWriter, Stmt, mysql, postgres};
 
 /// The row lock form's statements. Each runs in the claim's transaction; its commit is the
@@ -89,9 +89,8 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
     select_row(&mut w, n);
     w.push(" WHERE ");
     claimable(&mut w, n);
-    w.push(" ORDER BY ")
-        .push(&n.id)
-        .push(" LIMIT ")
+    order(&mut w, n);
+    w.push(" LIMIT ")
         .param(Slot::Limit)
         .push(" FOR UPDATE SKIP LOCKED");
     let claim = w.finish();
@@ -124,10 +123,8 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         Dialect::MySql => mysql::key_not_held(&mut w, n),
         Dialect::Sqlite => {}
     }
-    w.push(" ORDER BY ")
-        .push(&n.id)
-        .push(" LIMIT ")
-        .param(Slot::Limit);
+    order(&mut w, n);
+    w.push(" LIMIT ").param(Slot::Limit);
     let candidates = w.finish();
 
     let (lock, unlock) = match n.dialect {

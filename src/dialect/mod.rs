@@ -133,6 +133,8 @@ pub(crate) enum Slot {
     KeyPrefix,
     /// The dead-letter group.
     DeadGroup,
+    /// A job's priority.
+    Priority,
 }
 
 /// A rendered statement: its text, shared (cloning it clones an `Arc`), and its placeholders.
@@ -170,6 +172,7 @@ pub(crate) struct Args<'a> {
     pub(crate) key_class: i64,
     pub(crate) key_prefix: Option<&'a str>,
     pub(crate) dead_group: Option<&'a str>,
+    pub(crate) priority: i64,
 }
 
 /// One bound value, as the database drivers take it.
@@ -204,6 +207,7 @@ impl<'a> Args<'a> {
             Slot::KeyClass => Value::I64(self.key_class),
             Slot::KeyPrefix => Value::Text(self.key_prefix),
             Slot::DeadGroup => Value::Text(self.dead_group),
+            Slot::Priority => Value::I64(self.priority),
         }
     }
 }
@@ -266,6 +270,12 @@ pub(crate) struct Names {
     pub(crate) processed_at: Option<String>,
     pub(crate) lease: Option<String>,
     pub(crate) attempt: Option<String>,
+    pub(crate) priority: Option<String>,
+    /// One row in work per group at a time, in order (the lease form).
+    pub(crate) fifo: bool,
+    /// Whether claims take only the rows of one group value (a named queue), or of every group
+    /// (an unnamed FIFO queue).
+    pub(crate) one_group: bool,
 }
 
 impl Names {
@@ -282,6 +292,9 @@ impl Names {
             processed_at: opt(&table.processed_at)?,
             lease: None,
             attempt: None,
+            priority: opt(&table.priority)?,
+            fifo: false,
+            one_group: table.group.is_some(),
         })
     }
 
@@ -292,6 +305,8 @@ impl Names {
             names.lease = Some(dialect.quote(column)?);
         }
 
+        names.fifo = config.fifo;
+        names.one_group = names.group.is_some() && config.name.is_some();
         names.attempt = config
             .attempt
             .as_deref()

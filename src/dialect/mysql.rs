@@ -1,6 +1,6 @@
 //! MySQL and MariaDB statement text.
 
-use super::common::{claimable, lease_set};
+use super::common::{claimable, lease_set, order};
 use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
 
 /// The columns of a table, their types and whether they take NULL; binds the schema (NULL: the current database) and
@@ -28,9 +28,8 @@ pub(super) fn lease_claim(n: &Names, max_claim: usize) -> Claim {
     }
     w.push(" FROM ").push(&n.table).push(" WHERE ");
     claimable(&mut w, n);
-    w.push(" ORDER BY ")
-        .push(&n.id)
-        .push(" LIMIT ")
+    order(&mut w, n);
+    w.push(" LIMIT ")
         .param(Slot::Limit)
         .push(" FOR UPDATE SKIP LOCKED");
     let select = w.finish();

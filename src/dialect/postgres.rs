@@ -1,6 +1,6 @@
 //! PostgreSQL statement text.
 
-use super::common::{claimable, lease_set};
+use super::common::{claimable, lease_set, order};
 use super::{Claim, Names, Slot, SqlWriter, Stmt};
 
 /// The columns of a table, their types and whether they take NULL, by the table's quoted (possibly qualified) name, so
@@ -19,9 +19,8 @@ pub(super) fn lease_claim(n: &Names) -> Claim {
         .push(&n.table)
         .push(" WHERE ");
     claimable(&mut w, n);
-    w.push(" ORDER BY ")
-        .push(&n.id)
-        .push(" LIMIT ")
+    order(&mut w, n);
+    w.push(" LIMIT ")
         .param(Slot::Limit)
         .push(" FOR UPDATE SKIP LOCKED) UPDATE ")
         .push(&n.table)

@@ -1,6 +1,6 @@
 //! SQLite statement text.
 
-use super::common::{claimable, lease_set};
+use super::common::{claimable, lease_set, order};
 use super::{Claim, Names, Slot};
 
 /// The columns of a table, their declared types and whether they take NULL; binds the table name, then the schema
@@ -22,9 +22,8 @@ pub(super) fn lease_claim(n: &Names) -> Claim {
         .push(&n.table)
         .push(" WHERE ");
     claimable(&mut w, n);
-    w.push(" ORDER BY ")
-        .push(&n.id)
-        .push(" LIMIT ")
+    order(&mut w, n);
+    w.push(" LIMIT ")
         .param(Slot::Limit)
         .push(") RETURNING ")
         .push(&n.id)

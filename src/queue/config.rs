@@ -27,6 +27,7 @@ pub struct QueueConfig {
     pub(crate) custom: Vec<(super::Event, String)>,
     pub(crate) isolation: Option<super::Isolation>,
     pub(crate) sqlite_mode: Option<super::SqliteMode>,
+    pub(crate) fifo: bool,
 }
 
 impl QueueConfig {

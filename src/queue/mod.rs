@@ -105,6 +105,7 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     custom: Vec<(Event, String)>,
     isolation: Option<Isolation>,
     sqlite_mode: Option<SqliteMode>,
+    fifo: bool,
     form: F,
     attempt: A,
     cap: C,
@@ -123,6 +124,7 @@ impl Queue {
             custom: Vec::new(),
             isolation: None,
             sqlite_mode: None,
+            fifo: false,
             form: NoForm,
             attempt: NoAttempt,
             cap: NoCap,
@@ -150,6 +152,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
             custom: self.custom,
             isolation: self.isolation,
             sqlite_mode: self.sqlite_mode,
+            fifo: self.fifo,
             form: form(self.form),
             attempt: attempt(self.attempt),
             cap: cap(self.cap),
@@ -320,6 +323,17 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self
     }
 
+    /// FIFO groups (the lease form, on a table with a [group](Table::group) column): within a
+    /// group one row is in work at a time, in id order, across every runner. A row waiting for
+    /// its `retry_after` lets later rows that are due go first. Unnamed, the queue serves every
+    /// group of the table, each in its own order, groups in parallel; named, it serves its group
+    /// one row at a time. The row lock and advisory forms refuse it at start: their rows in work
+    /// are not visible to other claims.
+    pub fn fifo(mut self) -> Self {
+        self.fifo = true;
+        self
+    }
+
     /// How many deliveries are in work at once (default 1). One claim takes as many rows as there
     /// are free workers, up to 1,000.
     ///
@@ -435,6 +449,7 @@ where
             custom: self.custom,
             isolation: self.isolation,
             sqlite_mode: self.sqlite_mode,
+            fifo: self.fifo,
         };
         (config, self.handler)
     }

@@ -325,7 +325,25 @@ fn refuse_unbuilt<DB: Backend>(config: &QueueConfig) -> Result<()> {
     if config.batch.is_some() {
         return unbuilt("a batch handler");
     }
+    if config.fifo {
+        if !matches!(config.form, Form::Lease { .. }) {
+            return Err(Error::declaration(
+                queue,
+                "FIFO needs the lease form: a row held by a row lock or an advisory key is not \
+                 visible to other claims, which would take the next row of its group",
+            ));
+        }
+        if config.table.group.is_none() {
+            return Err(Error::declaration(
+                queue,
+                "FIFO orders rows within a group: declare the table's group column with \
+                 `Table::group(..)`",
+            ));
+        }
+    }
     match (&config.table.group, &config.name) {
+        // An unnamed FIFO queue serves every group, each in its own order.
+        (Some(_), None) if config.fifo => Ok(()),
         (Some(column), None) => Err(Error::declaration(
             queue,
             format!(
@@ -454,6 +472,7 @@ async fn check_columns<DB: Backend>(
         ("retry_after", table.retry_after.as_deref(), Kind::Time),
         ("processed_at", table.processed_at.as_deref(), Kind::Time),
         ("attempt", config.attempt.as_deref(), Kind::Integer),
+        ("priority", table.priority.as_deref(), Kind::Integer),
     ];
     roles.extend(
         optional

@@ -40,6 +40,10 @@ macro_rules! per_database {
                 use super::*;
                 include!("docs.rs");
             }
+            mod order {
+                use super::*;
+                include!("order.rs");
+            }
             mod isolation {
                 use super::*;
                 include!("isolation.rs");

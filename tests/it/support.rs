@@ -18,6 +18,7 @@ pub(crate) struct Spec {
     pub(crate) lease: bool,
     pub(crate) retry_after: bool,
     pub(crate) processed_at: bool,
+    pub(crate) priority: bool,
 }
 
 impl Spec {
@@ -243,6 +244,9 @@ fn columns(
     }
     if spec.processed_at {
         ddl += &format!(", processed_at {time}");
+    }
+    if spec.priority {
+        ddl += &format!(", priority {int} NOT NULL DEFAULT 0");
     }
     ddl + ")"
 }

@@ -1,0 +1,168 @@
+// The order rows are claimed in: priorities, and FIFO groups.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use tokio::sync::mpsc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_then_due_time_then_id() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            priority: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t).retry_after("retry_after").priority("priority");
+    let low = table.enqueue(&ctx.pool, Job::new("low").priority(3)).await.unwrap();
+    let mid = table.enqueue(&ctx.pool, Job::new("mid").priority(2)).await.unwrap();
+    let due_late = table.enqueue(&ctx.pool, Job::new("due late").priority(1)).await.unwrap();
+    let due_early = table.enqueue(&ctx.pool, Job::new("due early").priority(1)).await.unwrap();
+    let never_delayed = table.enqueue(&ctx.pool, Job::new("never delayed").priority(1)).await.unwrap();
+    // Two high-priority rows whose delays have run out, the later id due first.
+    let hour_ago = chrono::Utc::now() - chrono::TimeDelta::hours(1);
+    let two_hours_ago = hour_ago - chrono::TimeDelta::hours(1);
+    <Db as crate::support::TestDb>::exec_time(
+        &ctx.pool,
+        &format!("UPDATE {t} SET retry_after = ? WHERE id = {due_late}"),
+        hour_ago,
+    )
+    .await
+    .unwrap();
+    <Db as crate::support::TestDb>::exec_time(
+        &ctx.pool,
+        &format!("UPDATE {t} SET retry_after = ? WHERE id = {due_early}"),
+        two_hours_ago,
+    )
+    .await
+    .unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(table).lease("locked_until").handler(move |d: Delivery<Db>| {
+        let _ = tx.send(d.id());
+        async { Outcome::ack() }
+    });
+    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        order.push(recv(&mut seen, "the deliveries in order", 10).await);
+    }
+    assert_eq!(order, vec![never_delayed, due_early, due_late, mid, low]);
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+/// One delivery's start or end, in the order the handlers saw them.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Start(usize, i64),
+    End(usize),
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifo_groups_run_in_id_order_one_row_at_a_time_across_runners() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    let groups = ["g0", "g1", "g2"];
+    // Interleaved, so that id order within a group is not table order.
+    let jobs: Vec<Job<'_>> = (0..300)
+        .map(|i| Job::new(groups[i % 3]).group(groups[i % 3]))
+        .collect();
+    table.enqueue_many(&ctx.pool, &jobs).await.unwrap();
+
+    let events: Arc<Mutex<Vec<Event>>> = Arc::default();
+    let mut runners = Vec::new();
+    for _ in 0..2 {
+        let events = Arc::clone(&events);
+        let queue = Queue::table(table.clone())
+            .lease("locked_until")
+            .fifo()
+            .workers(8)
+            .handler(move |d: Delivery<Db>| {
+                let group = groups
+                    .iter()
+                    .position(|g| g.as_bytes() == d.payload())
+                    .expect("a known group");
+                events.lock().unwrap().push(Event::Start(group, d.id()));
+                let events = Arc::clone(&events);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    events.lock().unwrap().push(Event::End(group));
+                    Outcome::ack()
+                }
+            });
+        let pool = ctx.pool(10).await;
+        let running = Runner::new(pool.clone())
+            .poll_interval(Duration::from_millis(20))
+            .mount(queue)
+            .start()
+            .await
+            .unwrap();
+        runners.push((running, pool));
+    }
+    ctx.wait_none(&t, "1 = 1", 120).await;
+    for (running, pool) in runners {
+        running.shutdown().await.unwrap();
+        pool.close().await;
+    }
+    let events = events.lock().unwrap().clone();
+    let mut last: HashMap<usize, i64> = HashMap::new();
+    let mut in_work = [0_u32; 3];
+    let mut most_groups_at_once = 0;
+    for event in events {
+        match event {
+            Event::Start(group, id) => {
+                in_work[group] += 1;
+                assert_eq!(in_work[group], 1, "group {group}: two rows in work at once");
+                let previous = last.insert(group, id).unwrap_or(i64::MIN);
+                assert!(id > previous, "group {group}: row {id} after row {previous}");
+                most_groups_at_once =
+                    most_groups_at_once.max(in_work.iter().filter(|n| **n > 0).count());
+            }
+            Event::End(group) => in_work[group] -= 1,
+        }
+    }
+    assert_eq!(last.len(), 3);
+    assert!(most_groups_at_once > 1, "groups ran in parallel");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_fifo_head_lets_rows_due_earlier_go_first() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    let hour = Duration::from_secs(3600);
+    let head = table
+        .enqueue(&ctx.pool, Job::new("head").group("g").delay(hour))
+        .await
+        .unwrap();
+    let next = table.enqueue(&ctx.pool, Job::new("next").group("g")).await.unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(table)
+        .named("g")
+        .lease("locked_until")
+        .fifo()
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send(d.id());
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    assert_eq!(recv(&mut seen, "the row due", 10).await, next);
+    running.shutdown().await.unwrap();
+    assert_eq!(ctx.count(&t, &format!("id = {head}")).await, 1);
+    ctx.drop_tables().await;
+}
