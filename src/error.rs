@@ -59,6 +59,19 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A row lock batch's settlement failed: its transaction was rolled back, and every row of
+    /// the batch returns to the queue as it was.
+    #[error("queue `{queue}`: a batch of {rows} rows was rolled back: {source}")]
+    BatchRolledBack {
+        /// The queue the batch came from.
+        queue: String,
+        /// How many rows the batch had.
+        rows: usize,
+        /// The error of the statement that failed.
+        #[source]
+        source: Box<Error>,
+    },
+
     /// The database server is older than the claim needs (no `SKIP LOCKED`).
     #[error("{server} {found} is too old: this queue needs {needed} or later")]
     ServerTooOld {

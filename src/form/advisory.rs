@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use chrono::{DateTime, Utc};
 use sqlx::Pool;
 
 use super::held::{HeldConn, Key, held_in_process, take_in_process};
@@ -114,22 +115,9 @@ impl AdvisoryForm {
         want: usize,
     ) -> Result<Vec<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
         let now = self.clock.now();
-        let args = Args {
-            now: Some(now),
-            group: self.group.as_deref(),
-            limit: i64::try_from(want * 2 + 2).unwrap_or(i64::MAX),
-            ..self.keys.args(0)
-        };
-        let ids = {
+        let candidates = {
             let mut conn = pool.acquire().await?;
-            DB::fetch_i64s(&mut conn, query(&self.sql.candidates, &args)).await?
-        };
-        let candidates: VecDeque<i64> = match self.keys {
-            Keys::InProcess { table } => ids
-                .into_iter()
-                .filter(|id| !held_in_process(table, *id))
-                .collect(),
-            _ => ids.into(),
+            self.candidates::<DB>(&mut conn, want, now).await?
         };
         let takers = want.min(candidates.len());
         if takers == 0 {
@@ -157,14 +145,71 @@ impl AdvisoryForm {
         }
     }
 
+    /// Ids of claimable rows whose keys no session holds, in claim order (twice what is wanted,
+    /// as some may be taken meanwhile).
+    async fn candidates<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        want: usize,
+        now: DateTime<Utc>,
+    ) -> Result<VecDeque<i64>, sqlx::Error> {
+        let args = Args {
+            now: Some(now),
+            group: self.group.as_deref(),
+            limit: i64::try_from(want * 2 + 2).unwrap_or(i64::MAX),
+            ..self.keys.args(0)
+        };
+        let ids = DB::fetch_i64s(conn, query(&self.sql.candidates, &args)).await?;
+        Ok(match self.keys {
+            Keys::InProcess { table } => ids
+                .into_iter()
+                .filter(|id| !held_in_process(table, *id))
+                .collect(),
+            _ => ids.into(),
+        })
+    }
+
+    /// Takes up to `limit` rows on one connection, which holds all their keys: an advisory
+    /// batch, whose rows settle one by one.
+    pub(crate) async fn claim_batch<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        limit: usize,
+    ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), sqlx::Error> {
+        let now = self.clock.now();
+        let mut conn = HeldConn::new(pool.acquire().await?);
+        let candidates = Mutex::new(self.candidates::<DB>(&mut conn, limit, now).await?);
+        let mut rows = Vec::with_capacity(limit);
+        while rows.len() < limit {
+            match self.take_on(&mut conn, &candidates, now).await? {
+                Some(row) => rows.push(row),
+                None => break,
+            }
+        }
+        Ok((rows, conn))
+    }
+
     /// Takes the next candidate whose key this connection gets.
     async fn take_next<DB: Backend>(
         &self,
         pool: &Pool<DB>,
         candidates: &Mutex<VecDeque<i64>>,
-        now: chrono::DateTime<chrono::Utc>,
+        now: DateTime<Utc>,
     ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
         let mut conn = HeldConn::new(pool.acquire().await?);
+        Ok(self
+            .take_on(&mut conn, candidates, now)
+            .await?
+            .map(|row| (row, conn)))
+    }
+
+    /// Takes the next candidate whose key `conn` gets, and holds it there.
+    async fn take_on<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        candidates: &Mutex<VecDeque<i64>>,
+        now: DateTime<Utc>,
+    ) -> Result<Option<ClaimedRow>, sqlx::Error> {
         loop {
             let Some(id) = candidates
                 .lock()
@@ -173,7 +218,7 @@ impl AdvisoryForm {
             else {
                 return Ok(None);
             };
-            if !self.lock(&mut conn, id).await? {
+            if !self.lock(conn, id).await? {
                 continue;
             }
             let args = Args {
@@ -181,18 +226,26 @@ impl AdvisoryForm {
                 group: self.group.as_deref(),
                 ..self.keys.args(id)
             };
-            let row = DB::fetch_claimed(&mut conn, query(&self.sql.take, &args), self.with_attempt)
+            let row = DB::fetch_claimed(conn, query(&self.sql.take, &args), self.with_attempt)
                 .await?
                 .pop();
             let Some(row) = row else {
                 // Settled by another session since the candidates were listed.
-                self.unlock(&mut conn, id).await?;
+                self.unlock(conn, id).await?;
                 continue;
             };
             if let Some(count) = &self.sql.count {
-                DB::execute(&mut conn, query(count, &args)).await?;
+                DB::execute(conn, query(count, &args)).await?;
             }
-            return Ok(Some((row, conn)));
+            return Ok(Some(row));
+        }
+    }
+
+    /// What the connection records for row `id`'s key.
+    fn key_of(&self, id: i64) -> Key {
+        match self.keys {
+            Keys::InProcess { table } => Key::InProcess(table, id),
+            _ => Key::Session(id),
         }
     }
 
@@ -206,16 +259,16 @@ impl AdvisoryForm {
             (Keys::InProcess { table }, _) => {
                 let taken = take_in_process(*table, id);
                 if taken {
-                    conn.set_key(Some(Key::InProcess(*table, id)));
+                    conn.hold_key(Key::InProcess(*table, id));
                 }
                 Ok(taken)
             }
             (keys, Some(lock)) => {
                 // Marked first: if the answer is lost, the connection is closed, not reused.
-                conn.set_key(Some(Key::Session));
+                conn.hold_key(Key::Session(id));
                 let taken = DB::fetch_i64(conn, query(lock, &keys.args(id))).await? == Some(1);
                 if !taken {
-                    conn.set_key(None);
+                    conn.release_key(Key::Session(id));
                 }
                 Ok(taken)
             }
@@ -239,7 +292,7 @@ impl AdvisoryForm {
                 )));
             }
         }
-        conn.set_key(None);
+        conn.release_key(self.key_of(id));
         Ok(())
     }
 
@@ -248,7 +301,7 @@ impl AdvisoryForm {
     /// that fails still releases the key, and the row returns as it was.
     pub(crate) async fn settle<DB: Backend>(
         &self,
-        mut conn: HeldConn<DB>,
+        conn: &mut HeldConn<DB>,
         id: i64,
         outcome: Outcome,
     ) -> Result<()> {
@@ -263,10 +316,10 @@ impl AdvisoryForm {
             args.at = Some(self.clock.after(delay));
         }
         let mut settled = match (self.custom.get(outcome.0), &self.dead, outcome.0) {
-            (Some(custom), _, _) => DB::execute(&mut conn, query(custom, &args)).await.map(drop),
-            (None, Some(dead), Settle::DeadLetter) => dead.run(&mut conn, &args).await.map(drop),
+            (Some(custom), _, _) => DB::execute(conn, query(custom, &args)).await.map(drop),
+            (None, Some(dead), Settle::DeadLetter) => dead.run(conn, &args).await.map(drop),
             (None, _, settle) => match self.statement(settle, id) {
-                Some(stmt) => DB::execute(&mut conn, query(stmt, &args)).await.map(drop),
+                Some(stmt) => DB::execute(conn, query(stmt, &args)).await.map(drop),
                 None => Ok(()),
             },
         };
@@ -277,7 +330,7 @@ impl AdvisoryForm {
                 Err(error) => conn.rollback().await.and(Err(error)),
             };
         }
-        let unlocked = self.unlock(&mut conn, id).await;
+        let unlocked = self.unlock(conn, id).await;
         settled?;
         unlocked?;
         Ok(())

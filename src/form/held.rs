@@ -22,14 +22,15 @@ use crate::backend::Backend;
 /// releases the key (an in-process key is released at once).
 pub(crate) struct HeldConn<DB: Backend> {
     conn: PoolConnection<DB>,
-    key: Option<Key>,
+    /// The keys this connection's deliveries hold (one, or a batch's).
+    keys: Vec<Key>,
 }
 
 /// A key a delivery holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Key {
-    /// A session lock of the connection's (PostgreSQL, MySQL/MariaDB).
-    Session,
+    /// A session lock of the connection's on row `id` (PostgreSQL, MySQL/MariaDB).
+    Session(i64),
     /// A key held in this process (SQLite): `(table, id)`.
     InProcess(u64, i64),
 }
@@ -61,7 +62,10 @@ fn release_in_process(table: u64, id: i64) {
 
 impl<DB: Backend> HeldConn<DB> {
     pub(crate) fn new(conn: PoolConnection<DB>) -> Self {
-        HeldConn { conn, key: None }
+        HeldConn {
+            conn,
+            keys: Vec::new(),
+        }
     }
 
     /// Opens a transaction, or a savepoint inside one; `statement` replaces the `BEGIN`.
@@ -84,14 +88,19 @@ impl<DB: Backend> HeldConn<DB> {
         DB::TransactionManager::get_transaction_depth(&self.conn)
     }
 
-    /// Records that the delivery holds `key` (or, with `None`, that its key was released).
-    pub(crate) fn set_key(&mut self, key: Option<Key>) {
-        if let Some(Key::InProcess(table, id)) = self.key
-            && key != self.key
-        {
-            release_in_process(table, id);
+    /// Records that this connection's delivery holds `key`.
+    pub(crate) fn hold_key(&mut self, key: Key) {
+        self.keys.push(key);
+    }
+
+    /// Records that `key` was released (an in-process key is released here).
+    pub(crate) fn release_key(&mut self, key: Key) {
+        if let Some(i) = self.keys.iter().position(|k| *k == key) {
+            self.keys.swap_remove(i);
+            if let Key::InProcess(table, id) = key {
+                release_in_process(table, id);
+            }
         }
-        self.key = key;
     }
 }
 
@@ -111,10 +120,11 @@ impl<DB: Backend> DerefMut for HeldConn<DB> {
 
 impl<DB: Backend> Drop for HeldConn<DB> {
     fn drop(&mut self) {
-        match self.key.take() {
-            Some(Key::InProcess(table, id)) => release_in_process(table, id),
-            Some(Key::Session) => self.conn.close_on_drop(),
-            None => {}
+        for key in std::mem::take(&mut self.keys) {
+            match key {
+                Key::InProcess(table, id) => release_in_process(table, id),
+                Key::Session(_) => self.conn.close_on_drop(),
+            }
         }
         if self.depth() > 0 {
             self.conn.close_on_drop();
@@ -126,7 +136,7 @@ impl<DB: Backend> fmt::Debug for HeldConn<DB> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HeldConn")
             .field("depth", &self.depth())
-            .field("key", &self.key)
+            .field("keys", &self.keys)
             .finish_non_exhaustive()
     }
 }

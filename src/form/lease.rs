@@ -29,6 +29,8 @@ pub(crate) struct Claimed {
 #[derive(Debug)]
 pub(crate) struct LeaseForm {
     pub(crate) sql: LeaseSql,
+    /// The most rows one claim takes (the MySQL claim's updates are rendered up to it).
+    pub(crate) max_claim: usize,
     pub(crate) duration: Duration,
     pub(crate) group: Option<Arc<str>>,
     pub(crate) with_attempt: bool,
@@ -56,7 +58,7 @@ impl LeaseForm {
             now: Some(now),
             new_token: Some(token),
             group: self.group.as_deref(),
-            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            limit: i64::try_from(limit.min(self.max_claim)).unwrap_or(i64::MAX),
             ..Args::default()
         };
         let mut rows = match &self.sql.claim {

@@ -161,6 +161,118 @@ impl FormRuntime {
         }
     }
 
+    /// Claims one batch of up to `size` rows, held together: lease — one claim, one token;
+    /// row lock — one transaction; advisory — one connection holding every row's key.
+    pub(crate) async fn claim_batch<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        size: usize,
+    ) -> Result<(Vec<ClaimedRow>, Hold<DB>), sqlx::Error> {
+        match self {
+            FormRuntime::Lease(lease) => {
+                let claimed = lease.claim(pool, size).await?;
+                Ok((claimed.rows, Hold::Lease(claimed.token, claimed.taken)))
+            }
+            FormRuntime::RowLock(row_lock) => {
+                let (rows, conn) = row_lock.claim_batch(pool, size).await?;
+                Ok((rows, Hold::Conn(conn)))
+            }
+            FormRuntime::Advisory(advisory) => {
+                let (rows, conn) = advisory.claim_batch(pool, size).await?;
+                Ok((rows, Hold::Conn(conn)))
+            }
+        }
+    }
+
+    /// Settles a batch: lease and advisory row by row, each as a single delivery's would be;
+    /// row lock all in the claim's transaction, committed together — a statement that fails
+    /// rolls the whole batch back ([`Error::BatchRolledBack`](crate::Error::BatchRolledBack)),
+    /// and every row returns as it was. One result per row, in order, or the batch's rollback;
+    /// `tokens` are the lease form's current tokens, per row.
+    pub(crate) async fn settle_batch<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        settlements: &[(i64, Outcome)],
+        tokens: &[DateTime<Utc>],
+        hold: Hold<DB>,
+    ) -> Result<Vec<Result<()>>> {
+        match (self, hold) {
+            (FormRuntime::Lease(lease), Hold::Lease(..)) => {
+                let mut results = Vec::with_capacity(settlements.len());
+                for (&(id, outcome), &token) in settlements.iter().zip(tokens) {
+                    results.push(lease.settle(pool, id, token, outcome, None).await);
+                }
+                Ok(results)
+            }
+            (FormRuntime::Advisory(advisory), Hold::Conn(mut conn)) => {
+                let mut results = Vec::with_capacity(settlements.len());
+                for &(id, outcome) in settlements {
+                    results.push(advisory.settle(&mut conn, id, outcome).await);
+                }
+                Ok(results)
+            }
+            (FormRuntime::RowLock(row_lock), Hold::Conn(mut conn)) => {
+                let mut failed = None;
+                for &(id, outcome) in settlements {
+                    if let Err(error) = row_lock.apply(&mut conn, id, outcome).await {
+                        failed = Some(error);
+                        break;
+                    }
+                }
+                let failed = match failed {
+                    None => conn.commit().await.err().map(crate::Error::from),
+                    Some(error) => {
+                        // Dropped unsettled if the rollback fails: the server rolls back.
+                        let _ = conn.rollback().await;
+                        Some(error)
+                    }
+                };
+                match failed {
+                    None => Ok(settlements.iter().map(|_| Ok(())).collect()),
+                    Some(error) => Err(crate::Error::BatchRolledBack {
+                        queue: row_lock.table.to_string(),
+                        rows: settlements.len(),
+                        source: Box::new(error),
+                    }),
+                }
+            }
+            _ => unreachable!("each form claims its own hold"),
+        }
+    }
+
+    /// Releases a batch's rows unsettled; returns how many were still held.
+    pub(crate) async fn release_batch<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        rows: &[(i64, DateTime<Utc>)],
+        hold: Hold<DB>,
+    ) -> u64 {
+        let mut released = 0;
+        match (self, hold) {
+            (FormRuntime::Lease(lease), Hold::Lease(..)) => {
+                for &(id, token) in rows {
+                    if let Ok(true) = lease.release(pool, id, token).await {
+                        released += 1;
+                    }
+                }
+            }
+            (FormRuntime::RowLock(_), Hold::Conn(mut conn)) => {
+                if conn.rollback().await.is_ok() {
+                    released = rows.len() as u64;
+                }
+            }
+            (FormRuntime::Advisory(advisory), Hold::Conn(mut conn)) => {
+                for &(id, _) in rows {
+                    if advisory.unlock(&mut conn, id).await.is_ok() {
+                        released += 1;
+                    }
+                }
+            }
+            _ => unreachable!("each form claims its own hold"),
+        }
+        released
+    }
+
     /// Settles row `id` by `outcome`, where its form holds it. `tx` is a transactional lease
     /// delivery's own transaction, which an ack commits with the settlement (the other forms'
     /// transactions are on the connection they hold).
@@ -179,8 +291,8 @@ impl FormRuntime {
             (FormRuntime::RowLock(row_lock), Hold::Conn(mut conn)) => {
                 row_lock.settle(&mut conn, id, outcome).await
             }
-            (FormRuntime::Advisory(advisory), Hold::Conn(conn)) => {
-                advisory.settle(conn, id, outcome).await
+            (FormRuntime::Advisory(advisory), Hold::Conn(mut conn)) => {
+                advisory.settle(&mut conn, id, outcome).await
             }
             _ => unreachable!("each form claims its own hold"),
         }

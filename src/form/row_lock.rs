@@ -52,6 +52,30 @@ impl RowLockForm {
         }
     }
 
+    /// Claims up to `limit` rows in one transaction on one connection: a row lock batch, which
+    /// settles all together.
+    pub(crate) async fn claim_batch<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        limit: usize,
+    ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), sqlx::Error> {
+        let mut conn = HeldConn::new(pool.acquire().await?);
+        conn.begin(self.sql.begin).await?;
+        let args = Args {
+            now: Some(self.clock.now()),
+            group: self.group.as_deref(),
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            ..Args::default()
+        };
+        let mut rows =
+            DB::fetch_claimed(&mut conn, query(&self.sql.claim, &args), self.with_attempt).await?;
+        if rows.is_empty() {
+            conn.rollback().await?;
+        }
+        rows.sort_unstable_by_key(|row| row.id);
+        Ok((rows, conn))
+    }
+
     /// Settles row `id` in its claim's transaction, and commits (retry without an attempt column:
     /// rolls back, which returns the row as it was).
     pub(crate) async fn settle<DB: Backend>(
@@ -60,6 +84,23 @@ impl RowLockForm {
         id: i64,
         outcome: Outcome,
     ) -> Result<()> {
+        if self.apply(conn, id, outcome).await? {
+            conn.commit().await?;
+        } else {
+            conn.rollback().await?;
+        }
+        Ok(())
+    }
+
+    /// Runs row `id`'s settlement statement in the claim's transaction, without ending it:
+    /// `false` when the outcome has none (a retry without an attempt column leaves the row as
+    /// it was).
+    pub(crate) async fn apply<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        id: i64,
+        outcome: Outcome,
+    ) -> Result<bool> {
         let mut args = Args {
             id,
             now: Some(self.clock.now()),
@@ -72,15 +113,13 @@ impl RowLockForm {
         }
         if let Some(custom) = self.custom.get(outcome.0) {
             DB::execute(conn, query(custom, &args)).await?;
-            conn.commit().await?;
-            return Ok(());
+            return Ok(true);
         }
         let stmt = match outcome.0 {
             Settle::DeadLetter => match &self.dead {
                 Some(dead) => {
                     dead.run(conn, &args).await?;
-                    conn.commit().await?;
-                    return Ok(());
+                    return Ok(true);
                 }
                 None => {
                     no_dead_letter(&self.table, id);
@@ -100,11 +139,10 @@ impl RowLockForm {
         match stmt {
             Some(stmt) => {
                 DB::execute(conn, query(stmt, &args)).await?;
-                conn.commit().await?;
+                Ok(true)
             }
-            None => conn.rollback().await?,
+            None => Ok(false),
         }
-        Ok(())
     }
 }
 

@@ -342,10 +342,6 @@ pub struct Handler<DB, H> {
 
 /// A handler of batches from a `DB` database.
 pub struct BatchHandler<DB, H> {
-    #[expect(
-        dead_code,
-        reason = "batch queues are refused at start until batches are built"
-    )]
     pub(crate) f: H,
     pub(crate) db: PhantomData<fn() -> DB>,
 }

@@ -16,7 +16,7 @@ use crate::queue::state::Mode;
 
 /// After a wake-up finds nothing (the enqueue's transaction had not committed yet), the queue
 /// looks again after these delays before falling back to its poll interval.
-const RECHECKS: [Duration; 4] = [
+pub(super) const RECHECKS: [Duration; 4] = [
     Duration::from_millis(2),
     Duration::from_millis(10),
     Duration::from_millis(50),
@@ -28,19 +28,25 @@ pub(crate) const MAX_CLAIM: usize = 1000;
 
 /// Waits after a failed claim, doubling from 50 ms up to 5 s.
 #[derive(Debug)]
-struct Backoff(Duration);
+pub(super) struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(Backoff::FIRST)
+    }
+}
 
 impl Backoff {
     const FIRST: Duration = Duration::from_millis(50);
     const MAX: Duration = Duration::from_secs(5);
 
-    fn next(&mut self) -> Duration {
+    pub(super) fn next(&mut self) -> Duration {
         let wait = self.0;
         self.0 = (self.0 * 2).min(Self::MAX);
         wait
     }
 
-    fn reset(&mut self) {
+    pub(super) fn reset(&mut self) {
         self.0 = Self::FIRST;
     }
 }
@@ -53,7 +59,7 @@ where
 {
     let workers = Arc::new(Semaphore::new(q.workers));
     let deliveries = TaskTracker::new();
-    let mut backoff = Backoff(Backoff::FIRST);
+    let mut backoff = Backoff::default();
     let mut recheck: Option<usize> = None;
     let mut report = QueueReport::default();
 

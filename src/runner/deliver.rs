@@ -271,6 +271,15 @@ async fn settle<DB: Backend>(
     tracing::Span::current().record("outcome", outcome.name());
     let settled = q.form.settle(&q.pool, id, hold, outcome, tx).await;
     q.note_unlock();
+    count_settled(q, outcome, settled);
+}
+
+/// Counts a settlement's result, and logs a failed one.
+pub(super) fn count_settled<DB: Backend>(
+    q: &QueueRuntime<DB>,
+    outcome: Outcome,
+    settled: crate::error::Result<()>,
+) {
     match settled {
         Ok(()) => {
             let counter = match outcome.0 {
@@ -282,9 +291,12 @@ async fn settle<DB: Backend>(
             };
             Counters::add(counter, 1);
         }
-        Err(Error::LeaseLost { .. }) => {
+        Err(Error::LeaseLost { id, .. }) => {
             Counters::add(&q.stats.lease_lost, 1);
-            tracing::warn!("lease lost: the row belongs to a later claim; nothing was settled");
+            tracing::warn!(
+                id,
+                "lease lost: the row belongs to a later claim; nothing was settled"
+            );
         }
         Err(error) => {
             Counters::add(&q.stats.failed, 1);
@@ -355,7 +367,7 @@ async fn keep_lease<DB: Backend>(
     }
 }
 
-fn panic_message(panic: &(dyn Any + Send)) -> &str {
+pub(super) fn panic_message(panic: &(dyn Any + Send)) -> &str {
     if let Some(message) = panic.downcast_ref::<&str>() {
         message
     } else if let Some(message) = panic.downcast_ref::<String>() {

@@ -204,19 +204,47 @@ where
     }
 }
 
-/// A batch queue: declared and type-checked, refused at start until batches are built.
-struct Refused {
-    config: QueueConfig,
+/// Calls a handler of batches.
+pub(crate) trait CallBatch<DB: Backend>: Send + Sync + 'static {
+    fn call(
+        &self,
+        deliveries: Vec<Delivery<DB>>,
+    ) -> impl Future<Output = Vec<Outcome>> + Send + 'static;
 }
 
-impl<DB: Backend> Launch<DB> for Refused {
+impl<DB, F, Fut> CallBatch<DB> for BatchHandler<DB, F>
+where
+    DB: Backend,
+    F: Fn(Vec<Delivery<DB>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Vec<Outcome>> + Send + 'static,
+{
+    fn call(
+        &self,
+        deliveries: Vec<Delivery<DB>>,
+    ) -> impl Future<Output = Vec<Outcome>> + Send + 'static {
+        (self.f)(deliveries)
+    }
+}
+
+/// A batch queue, mounted.
+struct MountedBatch<DB, H> {
+    config: QueueConfig,
+    handler: H,
+    db: PhantomData<fn() -> DB>,
+}
+
+impl<DB: Backend, H: CallBatch<DB>> Launch<DB> for MountedBatch<DB, H> {
     fn config(&self) -> &QueueConfig {
         &self.config
     }
 
-    fn spawn(self: Box<Self>, _runtime: QueueRuntime<DB>) -> JoinHandle<QueueReport> {
-        // `start` refuses the queue before anything is spawned.
-        tokio::spawn(async { QueueReport::default() })
+    fn spawn(self: Box<Self>, runtime: QueueRuntime<DB>) -> JoinHandle<QueueReport> {
+        let size = self.config.batch.unwrap_or(1);
+        tokio::spawn(super::batch::run::<DB, H>(
+            Arc::new(runtime),
+            Arc::new(self.handler),
+            size,
+        ))
     }
 }
 
@@ -227,6 +255,10 @@ where
     Fut: Future<Output = Vec<Outcome>> + Send + 'static,
 {
     fn into_launch(self, config: QueueConfig) -> Box<dyn Launch<DB>> {
-        Box::new(Refused { config })
+        Box::new(MountedBatch {
+            config,
+            handler: self,
+            db: PhantomData,
+        })
     }
 }

@@ -66,7 +66,7 @@ pub(super) async fn prepare<DB: Backend>(
     config: &QueueConfig,
     clock: Clock,
 ) -> Result<FormRuntime> {
-    refuse_unbuilt::<DB>(config)?;
+    refuse_unworkable::<DB>(config)?;
     let names = Names::of_queue(DB::DIALECT, config)?;
     let mut conn = pool.acquire().await?;
     let columns = check_columns::<DB>(&mut conn, config).await?;
@@ -98,10 +98,16 @@ pub(super) async fn prepare<DB: Backend>(
     let table = Arc::<str>::from(config.table.name.as_str());
     let form = match &config.form {
         Form::Lease { duration, .. } => {
-            let sql = dialect::lease(&names, config.workers.min(super::claim::MAX_CLAIM));
+            // One claim takes a row per free worker, or a batch.
+            let max_claim = config
+                .workers
+                .max(config.batch.unwrap_or(1))
+                .min(super::claim::MAX_CLAIM);
+            let sql = dialect::lease(&names, max_claim);
             prepare_all::<DB>(&mut conn, config, &sql.statements()).await?;
             FormRuntime::Lease(LeaseForm {
                 sql,
+                max_claim,
                 duration: *duration,
                 group,
                 with_attempt,
@@ -287,19 +293,9 @@ pub(super) fn check_together<DB: Backend>(pool: &Pool<DB>, queues: &[&QueueConfi
     Ok(())
 }
 
-/// Declarations that type-check but that this version cannot run yet, or that contradict the
-/// table.
-fn refuse_unbuilt<DB: Backend>(config: &QueueConfig) -> Result<()> {
+/// Declarations that type-check but cannot work on this database or table.
+fn refuse_unworkable<DB: Backend>(config: &QueueConfig) -> Result<()> {
     let queue = config.label();
-    let unbuilt = |what: &str| {
-        Err(Error::declaration(
-            queue,
-            format!(
-                "{what} is declared but not built in this version of sqlx-queue yet; \
-                 the lease form without it is"
-            ),
-        ))
-    };
     if config.isolation.is_some() && DB::DIALECT == Dialect::Sqlite {
         return Err(Error::declaration(
             queue,
@@ -321,9 +317,6 @@ fn refuse_unbuilt<DB: Backend>(config: &QueueConfig) -> Result<()> {
              locks on MySQL/MariaDB that block inserts: keep `Isolation::ReadCommitted`, or use \
              the lease or advisory lock form",
         ));
-    }
-    if config.batch.is_some() {
-        return unbuilt("a batch handler");
     }
     if config.fifo {
         if !matches!(config.form, Form::Lease { .. }) {

@@ -12,6 +12,7 @@ mod support;
 include!("held.rs");
 include!("dead.rs");
 include!("transactional.rs");
+include!("batch.rs");
 
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
@@ -53,10 +54,13 @@ macro_rules! per_database {
             dead_letter_tests!(advisory_dead, true, advisory_lock());
             transactional_tests!(lease_tx, lease("locked_until"));
             transactional_tests!(advisory_tx, advisory_lock());
+            batch_tests!(lease_batch, false, lease("locked_until"));
+            batch_tests!(advisory_batch, false, advisory_lock());
             $(
                 held_form_tests!($row_lock, row_lock, false);
                 dead_letter_tests!(row_lock_dead, false, $row_lock());
                 transactional_tests!(row_lock_tx, $row_lock());
+                batch_tests!(row_lock_batch, true, $row_lock());
             )?
         }
     )*};

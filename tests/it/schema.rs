@@ -130,21 +130,6 @@ async fn a_time_column_that_cannot_be_null_or_a_payload_that_can_is_named() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn declarations_not_built_yet_are_refused_at_start() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-    let t = ctx.table(Spec::lease()).await;
-    let batched = Queue::table(Table::new(&t))
-        .lease("locked_until")
-        .batch(8)
-        .batch_handler(|batch: Vec<Delivery<Db>>| async move {
-            batch.iter().map(|_| Outcome::ack()).collect()
-        });
-    let refused = Runner::new(ctx.pool.clone()).mount(batched).start().await;
-    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
-    ctx.drop_tables().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_letter_that_cannot_work_is_found_at_start() {
     let Some(mut ctx) = Ctx::<Db>::new().await else { return };
     let t = ctx.table(Spec::lease()).await;
