@@ -9,7 +9,10 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use sqlx::Pool;
 use sqlx::query::Query;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::dialect::{Args, Dialect, Stmt, Value};
 
@@ -102,6 +105,18 @@ pub(crate) mod private {
             conn: &mut Self::Connection,
             sql: &Stmt,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+        /// Listens for the notifications of `channels` (`(channel, table)`) on a dedicated
+        /// connection, waking the table's queues in this process, until `stop`. `None` where the
+        /// database has no notifications.
+        fn listen(
+            pool: &Pool<Self>,
+            channels: Vec<(String, String)>,
+            stop: CancellationToken,
+        ) -> BoxFuture<'static, Result<Option<JoinHandle<()>>, sqlx::Error>> {
+            let _ = (pool, channels, stop);
+            Box::pin(async { Ok(None) })
+        }
 
         /// The server's version string and its clock, where it has one apart from ours.
         fn server(
@@ -252,9 +267,11 @@ mod postgres {
                     Slot::Token | Slot::NewToken | Slot::Now | Slot::At => {
                         <DateTime<Utc> as Type<Postgres>>::type_info()
                     }
-                    Slot::Group | Slot::KeyPrefix | Slot::DeadGroup => {
-                        <&str as Type<Postgres>>::type_info()
-                    }
+                    Slot::Group
+                    | Slot::KeyPrefix
+                    | Slot::DeadGroup
+                    | Slot::NotifyChannel
+                    | Slot::NotifyPayload => <&str as Type<Postgres>>::type_info(),
                     Slot::Payload => <&[u8] as Type<Postgres>>::type_info(),
                 })
                 .collect();
@@ -272,6 +289,23 @@ mod postgres {
         {
             use sqlx::Row as _;
             Box::pin(async move { query.fetch_one(executor).await?.try_get(0) })
+        }
+
+        fn listen(
+            pool: &Pool<Self>,
+            channels: Vec<(String, String)>,
+            stop: CancellationToken,
+        ) -> BoxFuture<'static, Result<Option<JoinHandle<()>>, sqlx::Error>> {
+            let pool = pool.clone();
+            Box::pin(async move {
+                let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+                listener
+                    .listen_all(channels.iter().map(|(channel, _)| channel.as_str()))
+                    .await?;
+                Ok(Some(tokio::spawn(crate::runner::notify::relay(
+                    listener, channels, stop,
+                ))))
+            })
         }
 
         async fn server(

@@ -34,7 +34,12 @@ fn rendered(dialect: Dialect, table: &Table) -> Result<Arc<EnqueueSql>> {
     if let Some(sql) = cache.get(&key) {
         return Ok(Arc::clone(sql));
     }
-    let sql = Arc::new(dialect::enqueue(&Names::of_table(dialect, table)?));
+    let names = Names::of_table(dialect, table)?;
+    let mut sql = dialect::enqueue(&names);
+    if names.notify && dialect == Dialect::Postgres {
+        sql.channel = Some(table.notify_channel());
+    }
+    let sql = Arc::new(sql);
     if cache.len() >= RENDERED_MAX {
         cache.clear();
     }
@@ -158,6 +163,8 @@ impl Table {
             group: job.group.as_deref(),
             at: job.delay.map(|delay| Clock::default().after(delay)),
             priority: job.priority,
+            notify_channel: sql.channel.as_deref(),
+            notify_payload: job.group.as_deref(),
             ..Args::default()
         };
         let insert = query(&sql.insert, &args);
@@ -212,9 +219,20 @@ impl Table {
                 values.push(Value::I64(job.priority));
             }
         }
+        let notifying = names.notify && DB::DIALECT == Dialect::Postgres;
+        let channel = notifying.then(|| self.notify_channel());
+        if let Some(channel) = &channel {
+            // One notification for the whole list: every queue of the table looks.
+            values.push(Value::Text(Some(channel)));
+            values.push(Value::Text(Some("")));
+        }
         let sql = AssertSqlSafe(dialect::enqueue_many(&names, jobs.len())).into_sql_str();
         let q = query_values::<DB>(sql, &values);
-        let inserted = DB::execute_on(executor, q).await?;
+        let inserted = if notifying {
+            u64::try_from(DB::insert_id(executor, q, true).await?).unwrap_or(0)
+        } else {
+            DB::execute_on(executor, q).await?
+        };
         let mut woken: Vec<Option<&str>> = Vec::new();
         for job in jobs {
             let group = job.group.as_deref();

@@ -40,6 +40,8 @@ fn statement(role: impl Into<String>, stmt: &Stmt) -> Statement {
                 Slot::KeyPrefix => "key_prefix".to_owned(),
                 Slot::DeadGroup => "dead_group".to_owned(),
                 Slot::Priority => "priority".to_owned(),
+                Slot::NotifyChannel => "notify_channel".to_owned(),
+                Slot::NotifyPayload => "notify_payload".to_owned(),
             })
             .collect(),
     }
@@ -63,6 +65,26 @@ pub fn statements(
     attempt: Option<&str>,
     workers: usize,
 ) -> Result<Vec<Statement>> {
+    statements_of(database, table, None, form, attempt, workers)
+}
+
+/// [`statements`] of a queue `named` (the group it serves, on a table with a group column).
+///
+/// # Errors
+///
+/// A name that cannot be quoted.
+///
+/// # Panics
+///
+/// An unknown database or form.
+pub fn statements_of(
+    database: &str,
+    table: &Table,
+    named: Option<&str>,
+    form: &str,
+    attempt: Option<&str>,
+    workers: usize,
+) -> Result<Vec<Statement>> {
     let dialect = match database {
         "postgres" => Dialect::Postgres,
         "mysql" => Dialect::MySql,
@@ -80,7 +102,7 @@ pub fn statements(
     };
     let config = QueueConfig {
         table: table.clone(),
-        name: None,
+        name: named.map(str::to_owned),
         form,
         attempt: attempt.map(str::to_owned),
         max_attempts: None,
@@ -92,6 +114,7 @@ pub fn statements(
         isolation: None,
         sqlite_mode: None,
         fifo: false,
+        listen_notify: false,
     };
     let names = Names::of_queue(dialect, &config)?;
     let mut all = Vec::new();

@@ -32,6 +32,7 @@ pub struct Table {
     pub(crate) retry_after: Option<String>,
     pub(crate) processed_at: Option<String>,
     pub(crate) priority: Option<String>,
+    pub(crate) notify: bool,
 }
 
 impl Table {
@@ -45,6 +46,7 @@ impl Table {
             retry_after: None,
             processed_at: None,
             priority: None,
+            notify: false,
         }
     }
 
@@ -85,6 +87,24 @@ impl Table {
     pub fn priority(mut self, column: impl Into<String>) -> Self {
         self.priority = Some(column.into());
         self
+    }
+
+    /// On PostgreSQL, every enqueue through this table also sends a `NOTIFY` on
+    /// [`notify_channel`](Table::notify_channel), carrying the job's group, in the same statement
+    /// and so the same transaction (PostgreSQL delivers it at commit, and sends one for many
+    /// identical notifications of a transaction). Queues mounted with
+    /// [`listen_notify`](crate::Queue::listen_notify) in other processes wake at once. Other
+    /// databases ignore it.
+    pub fn notify(mut self) -> Self {
+        self.notify = true;
+        self
+    }
+
+    /// The PostgreSQL channel of this table's notifications: `sqlxq_` and the 32-bit FNV-1a hash
+    /// of the table name as given, in hex. A producer outside this crate (a trigger, say) can
+    /// `NOTIFY` it, with the job's group as payload (empty: every queue of the table).
+    pub fn notify_channel(&self) -> String {
+        format!("sqlxq_{:08x}", crate::form::advisory::fnv1a_32(&self.name))
     }
 
     /// The table's name as given.

@@ -41,6 +41,8 @@ pub(crate) struct EnqueueSql {
     pub(crate) insert: Stmt,
     /// Whether `insert` returns the new id (else the driver's last insert id is read).
     pub(crate) returning: bool,
+    /// The notification channel `insert` binds, on a notifying PostgreSQL table.
+    pub(crate) channel: Option<String>,
 }
 
 /// `WHERE` conditions that make a row claimable now (no leading `WHERE`): its group, not
@@ -288,6 +290,13 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
         w.push(", ").param(Slot::Priority);
     }
     w.push(")");
+    if n.notify && n.dialect == Dialect::Postgres {
+        return EnqueueSql {
+            insert: notifying(w, n, true),
+            returning: true,
+            channel: None,
+        };
+    }
     if returning {
         w.push(" RETURNING ");
         as_i64(&mut w, &n.id);
@@ -295,17 +304,42 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
     EnqueueSql {
         insert: w.finish(),
         returning,
+        channel: None,
     }
 }
 
-/// `INSERT` of `rows` jobs in one statement; binds, per row, what [`enqueue`] binds.
+/// Wraps an `INSERT` so that it also sends the table's notification, in the same statement:
+/// `WITH ins AS (INSERT .. RETURNING ..), n AS (SELECT pg_notify(..)) SELECT .. FROM ins, n`,
+/// which returns the new id (`one`) or how many rows were inserted.
+fn notifying(mut w: SqlWriter, n: &Names, one: bool) -> Stmt {
+    let mut out = n.writer();
+    out.push("WITH ins AS (");
+    w.push(" RETURNING ");
+    as_i64(&mut w, &n.id);
+    w.push(" AS id");
+    out.append(w);
+    out.push("), n AS (SELECT pg_notify(")
+        .param(Slot::NotifyChannel)
+        .push(", ")
+        .param(Slot::NotifyPayload)
+        .push(")) SELECT ")
+        .push(if one { "ins.id" } else { "COUNT(*)" })
+        .push(" FROM ins, n");
+    out.finish()
+}
+
+/// `INSERT` of `rows` jobs in one statement; binds, per row, what [`enqueue`] binds (and, on a
+/// notifying PostgreSQL table, the notification last: it then returns the count inserted).
 pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
     let mut w = n.writer();
     w.push("INSERT INTO ")
         .push(&n.table)
         .push(" (")
         .push(&n.payload);
-    for column in [&n.group, &n.retry_after].into_iter().flatten() {
+    for column in [&n.group, &n.retry_after, &n.priority]
+        .into_iter()
+        .flatten()
+    {
         w.push(", ").push(column);
     }
     w.push(") VALUES ");
@@ -318,7 +352,13 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
         if n.retry_after.is_some() {
             w.push(", ").param(Slot::At);
         }
+        if n.priority.is_some() {
+            w.push(", ").param(Slot::Priority);
+        }
         w.push(")");
+    }
+    if n.notify && n.dialect == Dialect::Postgres {
+        return notifying(w, n, false).text().to_owned();
     }
     w.finish().text().to_owned()
 }

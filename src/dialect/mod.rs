@@ -135,6 +135,10 @@ pub(crate) enum Slot {
     DeadGroup,
     /// A job's priority.
     Priority,
+    /// The table's notification channel (PostgreSQL).
+    NotifyChannel,
+    /// A notification's payload: the job's group.
+    NotifyPayload,
 }
 
 /// A rendered statement: its text, shared (cloning it clones an `Arc`), and its placeholders.
@@ -173,6 +177,8 @@ pub(crate) struct Args<'a> {
     pub(crate) key_prefix: Option<&'a str>,
     pub(crate) dead_group: Option<&'a str>,
     pub(crate) priority: i64,
+    pub(crate) notify_channel: Option<&'a str>,
+    pub(crate) notify_payload: Option<&'a str>,
 }
 
 /// One bound value, as the database drivers take it.
@@ -208,6 +214,8 @@ impl<'a> Args<'a> {
             Slot::KeyPrefix => Value::Text(self.key_prefix),
             Slot::DeadGroup => Value::Text(self.dead_group),
             Slot::Priority => Value::I64(self.priority),
+            Slot::NotifyChannel => Value::Text(self.notify_channel),
+            Slot::NotifyPayload => Value::Text(Some(self.notify_payload.unwrap_or(""))),
         }
     }
 }
@@ -250,6 +258,14 @@ impl SqlWriter {
         self
     }
 
+    /// Appends another writer's text and placeholders (numbered on from this one's).
+    pub(crate) fn append(&mut self, other: SqlWriter) -> &mut Self {
+        debug_assert!(self.slots.is_empty() || self.dialect != Dialect::Postgres);
+        self.sql.push_str(&other.sql);
+        self.slots.extend(other.slots);
+        self
+    }
+
     pub(crate) fn finish(self) -> Stmt {
         Stmt {
             sql: self.sql.into(),
@@ -276,6 +292,8 @@ pub(crate) struct Names {
     /// Whether claims take only the rows of one group value (a named queue), or of every group
     /// (an unnamed FIFO queue).
     pub(crate) one_group: bool,
+    /// Whether enqueues send the table's notification (PostgreSQL).
+    pub(crate) notify: bool,
 }
 
 impl Names {
@@ -295,6 +313,7 @@ impl Names {
             priority: opt(&table.priority)?,
             fifo: false,
             one_group: table.group.is_some(),
+            notify: table.notify,
         })
     }
 

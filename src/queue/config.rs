@@ -28,6 +28,7 @@ pub struct QueueConfig {
     pub(crate) isolation: Option<super::Isolation>,
     pub(crate) sqlite_mode: Option<super::SqliteMode>,
     pub(crate) fifo: bool,
+    pub(crate) listen_notify: bool,
 }
 
 impl QueueConfig {

@@ -106,6 +106,7 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     isolation: Option<Isolation>,
     sqlite_mode: Option<SqliteMode>,
     fifo: bool,
+    listen_notify: bool,
     form: F,
     attempt: A,
     cap: C,
@@ -125,6 +126,7 @@ impl Queue {
             isolation: None,
             sqlite_mode: None,
             fifo: false,
+            listen_notify: false,
             form: NoForm,
             attempt: NoAttempt,
             cap: NoCap,
@@ -153,6 +155,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
             isolation: self.isolation,
             sqlite_mode: self.sqlite_mode,
             fifo: self.fifo,
+            listen_notify: self.listen_notify,
             form: form(self.form),
             attempt: attempt(self.attempt),
             cap: cap(self.cap),
@@ -334,6 +337,17 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self
     }
 
+    /// Wakes the queue at once when a job is enqueued in another process (PostgreSQL): the runner
+    /// keeps one dedicated connection listening on the table's
+    /// [`notify_channel`](Table::notify_channel), which enqueues through a
+    /// [`Table::notify`] table signal at commit. A lost listening connection is re-established
+    /// and the queue looks once. Polling stays the fallback. MySQL/MariaDB and SQLite runners
+    /// refuse it at start.
+    pub fn listen_notify(mut self) -> Self {
+        self.listen_notify = true;
+        self
+    }
+
     /// How many deliveries are in work at once (default 1). One claim takes as many rows as there
     /// are free workers, up to 1,000.
     ///
@@ -450,6 +464,7 @@ where
             isolation: self.isolation,
             sqlite_mode: self.sqlite_mode,
             fifo: self.fifo,
+            listen_notify: self.listen_notify,
         };
         (config, self.handler)
     }

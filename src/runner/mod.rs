@@ -4,6 +4,8 @@ mod batch;
 mod claim;
 mod deliver;
 mod launch;
+#[cfg(feature = "postgres")]
+pub(crate) mod notify;
 pub(crate) mod schema;
 pub(crate) mod wake;
 
@@ -143,7 +145,20 @@ impl<DB: Backend> Runner<DB> {
             let form = schema::prepare(&self.pool, launch.config(), clock.clone()).await?;
             prepared.push((launch, form));
         }
-        let tasks = prepared
+        let mut channels: Vec<(String, String)> = prepared
+            .iter()
+            .map(|(launch, _)| launch.config())
+            .filter(|config| config.listen_notify)
+            .map(|config| (config.table.notify_channel(), config.table.name.clone()))
+            .collect();
+        channels.sort();
+        channels.dedup();
+        let listener = if channels.is_empty() {
+            None
+        } else {
+            DB::listen(&self.pool, channels, stop.clone()).await?
+        };
+        let tasks: Vec<_> = prepared
             .into_iter()
             .map(|(launch, form)| {
                 let runtime = QueueRuntime::new(
@@ -173,7 +188,7 @@ impl<DB: Backend> Runner<DB> {
             })
         });
         Ok(Running {
-            clock_task,
+            background: clock_task.into_iter().chain(listener).collect(),
             stop,
             abort,
             tasks,
@@ -197,7 +212,8 @@ impl<DB: Backend> fmt::Debug for Runner<DB> {
 /// it stops claiming, and lets deliveries in work finish in the background.
 #[must_use = "dropping `Running` stops its queues; call `shutdown().await` to wait for them"]
 pub struct Running {
-    clock_task: Option<JoinHandle<()>>,
+    /// The clock's measurements and the notification listener.
+    background: Vec<JoinHandle<()>>,
     stop: CancellationToken,
     abort: CancellationToken,
     tasks: Vec<JoinHandle<QueueReport>>,
@@ -252,7 +268,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop.cancel();
-        if let Some(task) = &self.clock_task {
+        for task in &self.background {
             task.abort();
         }
     }

@@ -296,6 +296,16 @@ pub(super) fn check_together<DB: Backend>(pool: &Pool<DB>, queues: &[&QueueConfi
 /// Declarations that type-check but cannot work on this database or table.
 fn refuse_unworkable<DB: Backend>(config: &QueueConfig) -> Result<()> {
     let queue = config.label();
+    if config.listen_notify && DB::DIALECT != Dialect::Postgres {
+        return Err(Error::declaration(
+            queue,
+            format!(
+                "`.listen_notify()` needs PostgreSQL's LISTEN/NOTIFY; {} has none (polling and \
+                 in-process wake-ups remain)",
+                DB::DIALECT.product()
+            ),
+        ));
+    }
     if config.isolation.is_some() && DB::DIALECT == Dialect::Sqlite {
         return Err(Error::declaration(
             queue,

@@ -45,6 +45,14 @@ macro_rules! per_database {
                 use super::*;
                 include!("order.rs");
             }
+            mod notify {
+                use super::*;
+                include!("notify.rs");
+            }
+            mod explain {
+                use super::*;
+                include!("explain.rs");
+            }
             mod isolation {
                 use super::*;
                 include!("isolation.rs");

@@ -166,3 +166,46 @@ async fn a_delayed_fifo_head_lets_rows_due_earlier_go_first() {
     assert_eq!(ctx.count(&t, &format!("id = {head}")).await, 1);
     ctx.drop_tables().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_jobs_keep_their_priorities() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            priority: true,
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t)
+        .group("queue")
+        .retry_after("retry_after")
+        .priority("priority");
+    assert_eq!(table.max_batch(), 7_500, "four values a job");
+    let batch: Vec<Job<'_>> = [5, 1, 3]
+        .into_iter()
+        .map(|p| Job::new("x").group("g").priority(p))
+        .collect();
+    assert_eq!(table.enqueue_many(&ctx.pool, &batch).await.unwrap(), 3);
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(table)
+        .named("g")
+        .lease("locked_until")
+        .handler(move |d: Delivery<Db>| {
+            let _ = tx.send(d.id());
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        order.push(recv(&mut seen, "the deliveries", 10).await);
+    }
+    let by_priority: Vec<i64> = {
+        let mut ids = order.clone();
+        ids.sort_unstable();
+        vec![ids[1], ids[2], ids[0]]
+    };
+    assert_eq!(order, by_priority, "priority 1, then 3, then 5");
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}

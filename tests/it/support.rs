@@ -321,6 +321,12 @@ impl<DB: TestDb> Ctx<DB> {
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
     }
 
+    pub(crate) async fn exec_time(&self, sql: &str, time: DateTime<Utc>) {
+        DB::exec_time(&self.pool, sql, time)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
     /// `SELECT COUNT(*) FROM table WHERE condition`.
     pub(crate) async fn count(&self, table: &str, condition: &str) -> i64 {
         let sql = format!("SELECT COUNT(*) FROM {table} WHERE {condition}");

@@ -1,0 +1,98 @@
+// The README's index serves the claim: EXPLAIN on a 100,000-row table where most rows are
+// processed or delayed.
+
+use sqlx::Row as _;
+use sqlx_queue::{Job, Table};
+
+use crate::support::TestDb;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claim_uses_the_readme_index_on_a_large_table() {
+    let Some(ctx) = Ctx::<Db>::new().await else { return };
+    let name = format!("explain_{}", crate::support::unique());
+    let readme = include_str!("../../README.md");
+    let marker = match <Db as TestDb>::LABEL {
+        "postgres" => "-- PostgreSQL",
+        "mysql" => "-- MySQL",
+        _ => "-- SQLite",
+    };
+    let block = &readme[readme.find(marker).expect("the README's schema")..];
+    let schema = block[..block.find("```").expect("the block ends")].replace("signup_jobs", &name);
+    ctx.exec(&schema).await;
+
+    // 100,000 rows: 90 % processed, 5 % delayed, the rest ready, in two groups.
+    let table = Table::new(&name).group("queue").retry_after("retry_after");
+    let payloads: Vec<String> = (0..10_000).map(|i| i.to_string()).collect();
+    let hour = std::time::Duration::from_secs(3600);
+    for round in 0..10 {
+        let batch: Vec<Job<'_>> = payloads
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let job = Job::new(p).group(if i % 2 == 0 { "signups" } else { "other" });
+                if round == 0 && i % 2 == 0 { job.delay(hour) } else { job }
+            })
+            .collect();
+        table.enqueue_many(&ctx.pool, &batch).await.unwrap();
+    }
+    ctx.exec_time(
+        &format!("UPDATE {name} SET processed_at = ? WHERE id > 10000 AND id <= 95000"),
+        chrono::Utc::now(),
+    )
+    .await;
+    ctx.exec(&match <Db as TestDb>::LABEL {
+        "postgres" => format!("ANALYZE {name}"),
+        "mysql" => format!("ANALYZE TABLE {name}"),
+        _ => "ANALYZE".to_owned(),
+    })
+    .await;
+
+    let table = table.processed_at("processed_at");
+    let statements = sqlx_queue::private::statements_of(
+        <Db as TestDb>::LABEL,
+        &table,
+        Some("signups"),
+        "lease",
+        Some("attempt"),
+        8,
+    )
+    .unwrap();
+    let claim = statements.iter().find(|s| s.role == "claim").unwrap();
+    let explain = match <Db as TestDb>::LABEL {
+        "sqlite" => format!("EXPLAIN QUERY PLAN {}", claim.sql),
+        _ => format!("EXPLAIN {}", claim.sql),
+    };
+    let now = chrono::Utc::now();
+    let mut query = sqlx::query::<Db>(sqlx::AssertSqlSafe(explain));
+    for param in &claim.params {
+        query = match param.as_str() {
+            "group" => query.bind("signups"),
+            "limit" => query.bind(8_i64),
+            _ => query.bind(now),
+        };
+    }
+    let rows = query.fetch_all(&ctx.pool).await.unwrap();
+    let plan: Vec<String> = rows
+        .iter()
+        .map(|row| match <Db as TestDb>::LABEL {
+            "postgres" => row.try_get::<String, _>(0).unwrap(),
+            "mysql" => row
+                .try_get::<Option<String>, _>("key")
+                .unwrap()
+                .unwrap_or_default(),
+            _ => row.try_get::<String, _>("detail").unwrap(),
+        })
+        .collect();
+    let index = format!("{name}_claim");
+    crate::support::report(&format!(
+        "{}: the claim's plan on 100,000 rows: {}",
+        <Db as TestDb>::LABEL,
+        plan.join(" | ")
+    ));
+    assert!(
+        plan.iter().any(|line| line.contains(&index)),
+        "the claim uses {index}: {plan:#?}"
+    );
+    ctx.exec(&format!("DROP TABLE {name}")).await;
+    ctx.drop_tables().await;
+}
