@@ -264,7 +264,7 @@ mod postgres {
                     | Slot::Key
                     | Slot::KeyClass
                     | Slot::Priority => <i64 as Type<Postgres>>::type_info(),
-                    Slot::Token | Slot::NewToken | Slot::Now | Slot::At => {
+                    Slot::Token | Slot::TokenAt(_) | Slot::NewToken | Slot::Now | Slot::At => {
                         <DateTime<Utc> as Type<Postgres>>::type_info()
                     }
                     Slot::Group

@@ -29,6 +29,7 @@ fn statement(role: impl Into<String>, stmt: &Stmt) -> Statement {
                 Slot::Id => "id".to_owned(),
                 Slot::IdAt(i) => format!("id_at_{i}"),
                 Slot::Token => "token".to_owned(),
+                Slot::TokenAt(i) => format!("token_at_{i}"),
                 Slot::NewToken => "new_token".to_owned(),
                 Slot::Now => "now".to_owned(),
                 Slot::At => "at".to_owned(),

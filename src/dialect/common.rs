@@ -17,6 +17,27 @@ pub(crate) struct LeaseSql {
     /// `SELECT 1 .. FOR UPDATE`, guarded: confirms and locks the lease before a custom
     /// settlement runs in the same transaction.
     pub(crate) confirm: Stmt,
+    /// Acknowledgements of many rows in one statement, each guarded by its own token;
+    /// `finish_many[k]` takes `2^k` `(id, token)` pairs.
+    pub(crate) finish_many: FinishMany,
+}
+
+/// How many acknowledgements one statement settles at most.
+pub(crate) const MAX_FINISH: usize = 64;
+
+/// Acknowledgements of many lease rows at once.
+#[derive(Debug, Clone)]
+pub(crate) enum FinishMany {
+    /// `DELETE`/`UPDATE .. WHERE (id, lease) IN (..) RETURNING id`: the ids settled
+    /// (PostgreSQL, SQLite).
+    Returning(Box<[Stmt]>),
+    /// In one transaction, `SELECT id .. WHERE (id, lease) IN (..) FOR UPDATE` — the rows still
+    /// held — then the `DELETE`/`UPDATE` of those ids (MySQL/MariaDB, which have no
+    /// `UPDATE .. RETURNING`).
+    LockThenFinish {
+        held: Box<[Stmt]>,
+        finish: Box<[Stmt]>,
+    },
 }
 
 impl LeaseSql {
@@ -29,6 +50,12 @@ impl LeaseSql {
             }
         };
         all.extend([&self.extend, &self.release, &self.finish, &self.confirm]);
+        match &self.finish_many {
+            FinishMany::Returning(statements) => all.extend(statements.iter()),
+            FinishMany::LockThenFinish { held, finish } => {
+                all.extend(held.iter().chain(finish.iter()));
+            }
+        }
         all.extend(self.retry_after.as_ref());
         all
     }
@@ -208,6 +235,76 @@ fn guarded(w: &mut SqlWriter, n: &Names, lease: &str) {
         .param(Slot::Token);
 }
 
+/// `(id, lease) IN ((?, ?), ..)` of `count` pairs.
+fn pairs(w: &mut SqlWriter, n: &Names, lease: &str, count: u16) {
+    w.push("(")
+        .push(&n.id)
+        .push(", ")
+        .push(lease)
+        .push(") IN (");
+    for i in 0..count {
+        w.push(if i == 0 { "(" } else { ", (" })
+            .param(Slot::IdAt(i))
+            .push(", ")
+            .param(Slot::TokenAt(i))
+            .push(")");
+    }
+    w.push(")");
+}
+
+/// `id IN (?, ..)` of `count` ids.
+fn ids(w: &mut SqlWriter, n: &Names, count: u16) {
+    w.push(&n.id).push(" IN (");
+    for i in 0..count {
+        if i > 0 {
+            w.push(", ");
+        }
+        w.param(Slot::IdAt(i));
+    }
+    w.push(")");
+}
+
+fn finish_many(n: &Names, lease: &str) -> FinishMany {
+    let sizes = || (0..=MAX_FINISH.trailing_zeros()).map(|k| 1u16 << k);
+    match n.dialect {
+        Dialect::Postgres | Dialect::Sqlite => FinishMany::Returning(
+            sizes()
+                .map(|count| {
+                    let mut w = n.writer();
+                    finish(&mut w, n);
+                    w.push(" WHERE ");
+                    pairs(&mut w, n, lease, count);
+                    w.push(" RETURNING ");
+                    as_i64(&mut w, &n.id);
+                    w.finish()
+                })
+                .collect(),
+        ),
+        Dialect::MySql => FinishMany::LockThenFinish {
+            held: sizes()
+                .map(|count| {
+                    let mut w = n.writer();
+                    w.push("SELECT ");
+                    as_i64(&mut w, &n.id);
+                    w.push(" FROM ").push(&n.table).push(" WHERE ");
+                    pairs(&mut w, n, lease, count);
+                    w.push(" FOR UPDATE");
+                    w.finish()
+                })
+                .collect(),
+            finish: sizes()
+                .map(|count| {
+                    let mut w = n.writer();
+                    finish(&mut w, n);
+                    w.push(" WHERE ");
+                    ids(&mut w, n, count);
+                    w.finish()
+                })
+                .collect(),
+        },
+    }
+}
+
 pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
     let lease = n
         .lease
@@ -264,6 +361,7 @@ pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
         retry_after,
         finish,
         confirm,
+        finish_many: finish_many(n, lease),
     }
 }
 
@@ -366,6 +464,7 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::super::{Dialect, Names, lease as render_lease};
+    use super::FinishMany;
     use crate::{Queue, Table};
 
     fn names(dialect: Dialect, table: Table) -> Names {
@@ -393,6 +492,32 @@ mod tests {
             r#"UPDATE "jobs" SET "locked_until" = $1 WHERE "id" = $2 AND "locked_until" = $3"#
         );
         assert!(sql.retry_after.is_none());
+    }
+
+    #[test]
+    fn many_acknowledgements_are_one_statement_each_row_guarded() {
+        let n = names(Dialect::Postgres, Table::new("jobs"));
+        let FinishMany::Returning(statements) = render_lease(&n, 8).finish_many else {
+            panic!("PostgreSQL returns the settled ids");
+        };
+        assert_eq!(statements.len(), 7, "1, 2, 4, .. 64 rows");
+        assert_eq!(
+            statements[1].text(),
+            r#"DELETE FROM "jobs" WHERE ("id", "locked_until") IN (($1, $2), ($3, $4)) RETURNING CAST("id" AS BIGINT)"#
+        );
+        let n = names(Dialect::MySql, Table::new("jobs").processed_at("done_at"));
+        let FinishMany::LockThenFinish { held, finish } = render_lease(&n, 8).finish_many else {
+            panic!("MySQL locks the rows still held first");
+        };
+        assert_eq!(
+            held[0].text(),
+            "SELECT CAST(`id` AS SIGNED) FROM `jobs` WHERE (`id`, `locked_until`) IN ((?, ?)) \
+             FOR UPDATE"
+        );
+        assert_eq!(
+            finish[1].text(),
+            "UPDATE `jobs` SET `done_at` = ?, `locked_until` = NULL WHERE `id` IN (?, ?)"
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::queue::config::{Form, QueueConfig};
 use crate::table::{Table, table_parts, validate_ident};
 
-pub(crate) use common::{EnqueueSql, LeaseSql};
+pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_FINISH};
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
 
@@ -113,6 +113,8 @@ pub(crate) enum Slot {
     IdAt(u16),
     /// The delivery's current lease token.
     Token,
+    /// The `i`-th token of a list (acknowledgements of many rows).
+    TokenAt(u16),
     /// A new lease token (claim, extension).
     NewToken,
     /// The current time.
@@ -165,6 +167,7 @@ use sqlx::SqlSafeStr as _;
 pub(crate) struct Args<'a> {
     pub(crate) id: i64,
     pub(crate) ids: &'a [i64],
+    pub(crate) tokens: &'a [DateTime<Utc>],
     pub(crate) token: Option<DateTime<Utc>>,
     pub(crate) new_token: Option<DateTime<Utc>>,
     pub(crate) now: Option<DateTime<Utc>>,
@@ -203,6 +206,13 @@ impl<'a> Args<'a> {
                     .unwrap_or(self.id),
             ),
             Slot::Token => Value::Time(self.token),
+            // Padded as `IdAt` is: the last pair repeated.
+            Slot::TokenAt(i) => Value::Time(
+                self.tokens
+                    .get(usize::from(i))
+                    .or(self.tokens.last())
+                    .copied(),
+            ),
             Slot::NewToken => Value::Time(self.new_token),
             Slot::Now => Value::Time(self.now),
             Slot::At => Value::Time(self.at),

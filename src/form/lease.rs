@@ -13,7 +13,7 @@ use super::row_lock::no_retry_after;
 use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Outcome, Settle};
-use crate::dialect::{Args, Claim, LeaseSql, Stmt, mysql_begin};
+use crate::dialect::{Args, Claim, FinishMany, LeaseSql, MAX_FINISH, Stmt, mysql_begin};
 use crate::error::{Error, Result};
 
 /// A claim's rows, in id order, and the lease token they all carry.
@@ -182,6 +182,42 @@ impl LeaseForm {
                 }
             },
         }
+    }
+
+    /// Acknowledges many rows with one statement (at most [`MAX_FINISH`]), each guarded by its own
+    /// token: whether each row still carried its token and was settled.
+    pub(crate) async fn finish_many<DB: Backend>(
+        &self,
+        pool: &Pool<DB>,
+        items: &[(i64, DateTime<Utc>)],
+    ) -> Result<Vec<bool>, sqlx::Error> {
+        debug_assert!(!items.is_empty() && items.len() <= MAX_FINISH);
+        let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
+        let tokens: Vec<DateTime<Utc>> = items.iter().map(|(_, token)| *token).collect();
+        let size = |n: usize| n.next_power_of_two().trailing_zeros() as usize;
+        let args = Args {
+            ids: &ids,
+            tokens: &tokens,
+            now: Some(self.clock.now()),
+            ..Args::default()
+        };
+        let mut conn = pool.acquire().await?;
+        let settled = match &self.sql.finish_many {
+            FinishMany::Returning(statements) => {
+                DB::fetch_i64s(&mut conn, query(&statements[size(ids.len())], &args)).await?
+            }
+            FinishMany::LockThenFinish { held, finish } => {
+                let mut tx = conn.begin_with(mysql_begin()).await?;
+                let held = DB::fetch_i64s(&mut tx, query(&held[size(ids.len())], &args)).await?;
+                if !held.is_empty() {
+                    let args = Args { ids: &held, ..args };
+                    DB::execute(&mut tx, query(&finish[size(held.len())], &args)).await?;
+                }
+                tx.commit().await?;
+                held
+            }
+        };
+        Ok(ids.iter().map(|id| settled.contains(id)).collect())
     }
 
     /// Releases the lease of row `id` (a delivery that will not be settled): the row is

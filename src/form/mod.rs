@@ -198,9 +198,36 @@ impl FormRuntime {
     ) -> Result<Vec<Result<()>>> {
         match (self, hold) {
             (FormRuntime::Lease(lease), Hold::Lease(..)) => {
+                // The batch's acknowledgements in one statement each 64 rows; the rest row by row.
+                let batched = |outcome: Outcome| {
+                    matches!(outcome.0, Settle::Ack | Settle::Drop)
+                        && lease.custom.get(outcome.0).is_none()
+                };
+                let acked: Vec<(i64, DateTime<Utc>)> = settlements
+                    .iter()
+                    .zip(tokens)
+                    .filter(|((_, outcome), _)| batched(*outcome))
+                    .map(|(&(id, _), &token)| (id, token))
+                    .collect();
+                let mut settled = Vec::with_capacity(acked.len());
+                for chunk in acked.chunks(crate::dialect::MAX_FINISH) {
+                    match lease.finish_many(pool, chunk).await {
+                        Ok(rows) => settled.extend(chunk.iter().zip(rows).map(|((id, _), ok)| {
+                            (*id, if ok { Ok(()) } else { Err(lease.lost(*id)) })
+                        })),
+                        Err(error) => {
+                            tracing::warn!(%error, "batched acknowledgement failed; row by row");
+                            break;
+                        }
+                    }
+                }
                 let mut results = Vec::with_capacity(settlements.len());
                 for (&(id, outcome), &token) in settlements.iter().zip(tokens) {
-                    results.push(lease.settle(pool, id, token, outcome, None).await);
+                    let done = settled.iter().position(|(settled_id, _)| *settled_id == id);
+                    results.push(match done {
+                        Some(i) => settled.swap_remove(i).1,
+                        None => lease.settle(pool, id, token, outcome, None).await,
+                    });
                 }
                 Ok(results)
             }

@@ -269,7 +269,21 @@ async fn settle<DB: Backend>(
     tx: Option<HeldConn<DB>>,
 ) {
     tracing::Span::current().record("outcome", outcome.name());
-    let settled = q.form.settle(&q.pool, id, hold, outcome, tx).await;
+    let settled = match (&q.acks, &q.form, &hold, outcome.0) {
+        (
+            Some(acks),
+            FormRuntime::Lease(lease),
+            Hold::Lease(token, _),
+            Settle::Ack | Settle::Drop,
+        ) if lease.custom.get(outcome.0).is_none() && tx.is_none() => {
+            super::acks::acknowledge(acks, id, *token, outcome).await
+        }
+        _ => None,
+    };
+    let settled = match settled {
+        Some(settled) => settled,
+        None => q.form.settle(&q.pool, id, hold, outcome, tx).await,
+    };
     q.note_unlock();
     count_settled(q, outcome, settled);
 }

@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::Pool;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
+
+use super::acks::Ack;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -54,6 +56,10 @@ pub struct QueueRuntime<DB: Backend> {
     pub(crate) cancelled_released: AtomicU64,
     /// Advisory keys released by deliveries that ended after the runner began to stop.
     pub(crate) unlocked_after_stop: AtomicU64,
+    /// Where plain lease deliveries send their acknowledgements, batched (see `acks`).
+    pub(crate) acks: Option<mpsc::UnboundedSender<Ack>>,
+    /// The batcher's end of that channel, until the queue's task starts it.
+    acks_rx: std::sync::Mutex<Option<mpsc::UnboundedReceiver<Ack>>>,
 }
 
 impl<DB: Backend> QueueRuntime<DB> {
@@ -66,6 +72,13 @@ impl<DB: Backend> QueueRuntime<DB> {
         abort: CancellationToken,
         stats: Arc<Counters>,
     ) -> Self {
+        let batched = matches!(form, FormRuntime::Lease(_)) && !config.transactional;
+        let (acks, acks_rx) = if batched {
+            let (acks, acks_rx) = mpsc::unbounded_channel();
+            (Some(acks), Some(acks_rx))
+        } else {
+            (None, None)
+        };
         QueueRuntime {
             pool,
             label: config.label().into(),
@@ -84,11 +97,25 @@ impl<DB: Backend> QueueRuntime<DB> {
             cancelled: AtomicU64::new(0),
             cancelled_released: AtomicU64::new(0),
             unlocked_after_stop: AtomicU64::new(0),
+            acks,
+            acks_rx: std::sync::Mutex::new(acks_rx),
         }
     }
 }
 
 impl<DB: Backend> QueueRuntime<DB> {
+    /// Starts the queue's acknowledgement batcher, if it has one.
+    pub(crate) fn start_acks(self: &Arc<Self>) {
+        let rx = self
+            .acks_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(rx) = rx {
+            tokio::spawn(super::acks::run(Arc::downgrade(self), rx));
+        }
+    }
+
     /// Counts an advisory key released once the runner began to stop.
     pub(crate) fn note_unlock(&self) {
         if self.stop.is_cancelled() && matches!(self.form, FormRuntime::Advisory(_)) {
@@ -180,10 +207,9 @@ where
     }
 
     fn spawn(self: Box<Self>, runtime: QueueRuntime<DB>) -> JoinHandle<QueueReport> {
-        tokio::spawn(claim::run::<DB, M, H>(
-            Arc::new(runtime),
-            Arc::new(self.handler),
-        ))
+        let runtime = Arc::new(runtime);
+        runtime.start_acks();
+        tokio::spawn(claim::run::<DB, M, H>(runtime, Arc::new(self.handler)))
     }
 }
 
@@ -240,8 +266,10 @@ impl<DB: Backend, H: CallBatch<DB>> Launch<DB> for MountedBatch<DB, H> {
 
     fn spawn(self: Box<Self>, runtime: QueueRuntime<DB>) -> JoinHandle<QueueReport> {
         let size = self.config.batch.unwrap_or(1);
+        let runtime = Arc::new(runtime);
+        runtime.start_acks();
         tokio::spawn(super::batch::run::<DB, H>(
-            Arc::new(runtime),
+            runtime,
             Arc::new(self.handler),
             size,
         ))

@@ -1,5 +1,6 @@
 //! The runner: the small executor that claims rows, runs handlers and settles deliveries.
 
+mod acks;
 mod batch;
 mod claim;
 mod deliver;

@@ -256,3 +256,41 @@ async fn queues_of_one_table_serve_their_own_group() {
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_acknowledgements_report_a_lost_lease_row_by_row() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let payloads: Vec<String> = (0..40).map(|i| i.to_string()).collect();
+    let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
+    let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
+    let pool = ctx.pool.clone();
+    let steal = format!("UPDATE {t} SET locked_until = ? WHERE id = ");
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .workers(8)
+        .handler(move |d: Delivery<Db>| {
+            let (pool, steal) = (pool.clone(), steal.clone());
+            async move {
+                if d.payload() == b"7" {
+                    // Another claim takes this one row while its handler works.
+                    let sql = format!("{steal}{}", d.id());
+                    <Db as crate::support::TestDb>::exec_time(&pool, &sql, later_claim)
+                        .await
+                        .unwrap();
+                }
+                Outcome::ack()
+            }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+    ctx.wait_count(&t, "1 = 1", 1, 20).await;
+    wait_for("39 acks and one lost lease", Duration::from_secs(10), || async {
+        let stats = running.stats();
+        stats.acked == 39 && stats.lease_lost == 1
+    })
+    .await;
+    running.shutdown().await.unwrap();
+    assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 1, "the stolen row");
+    ctx.drop_tables().await;
+}
