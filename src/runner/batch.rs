@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
-use super::claim::{Backoff, RECHECKS};
+use super::claim::Pace;
 use super::deliver::{count_settled, panic_message};
 use super::launch::CallBatch;
 use super::{Counters, QueueReport, QueueRuntime};
@@ -34,8 +34,7 @@ where
 {
     let workers = Arc::new(Semaphore::new(q.workers));
     let batches = TaskTracker::new();
-    let mut backoff = Backoff::default();
-    let mut recheck: Option<usize> = None;
+    let mut pace = Pace::default();
     let mut report = QueueReport::default();
 
     loop {
@@ -51,16 +50,12 @@ where
             Ok(claimed) => claimed,
             Err(error) => {
                 drop(permit);
-                let wait = backoff.next();
-                tracing::warn!(queue = %q.label, %error, ?wait, "batch claim failed; retrying");
-                tokio::select! {
-                    biased;
-                    () = q.stop.cancelled() => break,
-                    () = tokio::time::sleep(wait) => continue,
+                if pace.failed(&q, &error).await {
+                    continue;
                 }
+                break;
             }
         };
-        backoff.reset();
         let got = rows.len();
         Counters::add(&q.stats.claimed, got as u64);
         if q.stop.is_cancelled() {
@@ -79,25 +74,8 @@ where
                 drop(permit);
             });
         }
-        if got == size {
-            recheck = None;
-            continue;
-        }
-        let wait = match recheck {
-            Some(i) if i < RECHECKS.len() => {
-                recheck = Some(i + 1);
-                RECHECKS[i]
-            }
-            _ => {
-                recheck = None;
-                q.poll_interval
-            }
-        };
-        tokio::select! {
-            biased;
-            () = q.stop.cancelled() => break,
-            () = q.wake.notified() => recheck = Some(0),
-            () = tokio::time::sleep(wait) => {}
+        if !pace.claimed(&q, got == size).await {
+            break;
         }
     }
 

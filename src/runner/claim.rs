@@ -16,7 +16,7 @@ use crate::queue::state::Mode;
 
 /// After a wake-up finds nothing (the enqueue's transaction had not committed yet), the queue
 /// looks again after these delays before falling back to its poll interval.
-pub(super) const RECHECKS: [Duration; 4] = [
+const RECHECKS: [Duration; 4] = [
     Duration::from_millis(2),
     Duration::from_millis(10),
     Duration::from_millis(50),
@@ -26,28 +26,70 @@ pub(super) const RECHECKS: [Duration; 4] = [
 /// The most rows one claim takes.
 pub(crate) const MAX_CLAIM: usize = 1000;
 
-/// Waits after a failed claim, doubling from 50 ms up to 5 s.
+/// What a claim loop waits for between claims: after a failed claim, a back-off (50 ms doubling
+/// to 5 s); after a claim that did not fill its workers, a wake-up, a recheck or the poll.
 #[derive(Debug)]
-pub(super) struct Backoff(Duration);
+pub(super) struct Pace {
+    backoff: Duration,
+    recheck: Option<usize>,
+}
 
-impl Default for Backoff {
+impl Default for Pace {
     fn default() -> Self {
-        Backoff(Backoff::FIRST)
+        Pace {
+            backoff: Pace::FIRST_BACKOFF,
+            recheck: None,
+        }
     }
 }
 
-impl Backoff {
-    const FIRST: Duration = Duration::from_millis(50);
-    const MAX: Duration = Duration::from_secs(5);
+impl Pace {
+    const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+    const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-    pub(super) fn next(&mut self) -> Duration {
-        let wait = self.0;
-        self.0 = (self.0 * 2).min(Self::MAX);
-        wait
+    /// Waits after a failed claim. `false` when the runner stops meanwhile.
+    pub(super) async fn failed<DB: Backend>(
+        &mut self,
+        q: &QueueRuntime<DB>,
+        error: &sqlx::Error,
+    ) -> bool {
+        let wait = self.backoff;
+        self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);
+        tracing::warn!(queue = %q.label, %error, ?wait, "claim failed; retrying");
+        tokio::select! {
+            biased;
+            () = q.stop.cancelled() => false,
+            () = tokio::time::sleep(wait) => true,
+        }
     }
 
-    pub(super) fn reset(&mut self) {
-        self.0 = Self::FIRST;
+    /// After a claim: goes on at once when it filled every worker it could (there may be more),
+    /// else waits for a wake-up, a recheck or the poll. `false` when the runner stops meanwhile.
+    pub(super) async fn claimed<DB: Backend>(&mut self, q: &QueueRuntime<DB>, full: bool) -> bool {
+        self.backoff = Self::FIRST_BACKOFF;
+        if full {
+            self.recheck = None;
+            return true;
+        }
+        let wait = match self.recheck {
+            Some(i) if i < RECHECKS.len() => {
+                self.recheck = Some(i + 1);
+                RECHECKS[i]
+            }
+            _ => {
+                self.recheck = None;
+                q.poll_interval
+            }
+        };
+        tokio::select! {
+            biased;
+            () = q.stop.cancelled() => false,
+            () = q.wake.notified() => {
+                self.recheck = Some(0);
+                true
+            }
+            () = tokio::time::sleep(wait) => true,
+        }
     }
 }
 
@@ -59,8 +101,7 @@ where
 {
     let workers = Arc::new(Semaphore::new(q.workers));
     let deliveries = TaskTracker::new();
-    let mut backoff = Backoff::default();
-    let mut recheck: Option<usize> = None;
+    let mut pace = Pace::default();
     let mut report = QueueReport::default();
 
     loop {
@@ -84,16 +125,12 @@ where
             Ok(claimed) => claimed,
             Err(error) => {
                 drop(permits);
-                let wait = backoff.next();
-                tracing::warn!(queue = %q.label, %error, ?wait, "claim failed; retrying");
-                tokio::select! {
-                    biased;
-                    () = q.stop.cancelled() => break,
-                    () = tokio::time::sleep(wait) => continue,
+                if pace.failed(&q, &error).await {
+                    continue;
                 }
+                break;
             }
         };
-        backoff.reset();
         let got = claimed.len();
         Counters::add(&q.stats.claimed, got as u64);
 
@@ -118,28 +155,8 @@ where
             });
         }
         drop(permits);
-        if got == want {
-            // Every free worker got a row: there may be more.
-            recheck = None;
-            continue;
-        }
-
-        // The queue is drained for now: wait for a wake-up, a recheck or the poll.
-        let wait = match recheck {
-            Some(i) if i < RECHECKS.len() => {
-                recheck = Some(i + 1);
-                RECHECKS[i]
-            }
-            _ => {
-                recheck = None;
-                q.poll_interval
-            }
-        };
-        tokio::select! {
-            biased;
-            () = q.stop.cancelled() => break,
-            () = q.wake.notified() => recheck = Some(0),
-            () = tokio::time::sleep(wait) => {}
+        if !pace.claimed(&q, got == want).await {
+            break;
         }
     }
 
