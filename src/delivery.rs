@@ -21,6 +21,22 @@ pub(crate) type TxSlot<DB> = Arc<tokio::sync::Mutex<Option<HeldConn<DB>>>>;
 /// `M` is the queue's mode: [`Plain`] (the default) or
 /// [`Transactional`](crate::Transactional), whose deliveries lend their transaction through
 /// [`tx`](Delivery::tx).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use sqlx::Sqlite;
+/// use sqlx_queue::{Delivery, Outcome};
+///
+/// async fn resize(image: Delivery<Sqlite>) -> Outcome {
+///     match image.payload() {
+///         [] => Outcome::drop(), // nothing to resize: leave the queue
+///         _ if image.attempt() < 5 => Outcome::retry_after(Duration::from_secs(30)),
+///         _ => Outcome::ack(),
+///     }
+/// }
+/// ```
 pub struct Delivery<DB: Backend, M: Mode = Plain> {
     pub(crate) id: i64,
     pub(crate) payload: Vec<u8>,
@@ -169,6 +185,19 @@ impl<DB: Backend> fmt::Debug for Tx<'_, DB> {
 ///
 /// At the queue's `max_attempts`, a retry or retry_after moves the row to its dead letter
 /// instead.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use sqlx_queue::{Outcome, backoff};
+///
+/// let sent = false;
+/// let attempt = 3;
+/// let outcome = if sent { Outcome::ack() } else { Outcome::retry_after(backoff(attempt)) };
+/// assert_ne!(outcome, Outcome::ack());
+/// assert_eq!(Outcome::retry_after(Duration::ZERO), Outcome::retry_after(Duration::ZERO));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[must_use = "an outcome settles a delivery only when the handler returns it"]
 pub struct Outcome(pub(crate) Settle);
