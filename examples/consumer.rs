@@ -1,5 +1,6 @@
-//! A consumer process, as a service would run one: the reliability tests start it, kill it with
-//! SIGKILL in the middle of its deliveries, and check what happens to the rows it held.
+//! A consumer process, as a service would run one: the crash tests (`tests/it` and the
+//! reliability suite, `tests/reliability`) start it, kill it with SIGKILL in the middle of its
+//! deliveries and check what happens to the rows it held; the soak runs three side by side.
 //!
 //! ```text
 //! cargo run --example consumer -- <database> <table> <form> <mode> [workers] [lease-ms]
@@ -7,89 +8,277 @@
 //!
 //! - `<database>`: a `postgres://` or `mysql://` URL, or a SQLite file.
 //! - `<form>`: `lease`, `row_lock` or `advisory`.
-//! - `<mode>`: `hang` (each delivery prints `started <id>` and never ends) or `work:<ms>` (each
-//!   delivery prints `started <id>`, works that long, prints `acked <id>` and acks).
+//! - `<mode>`:
+//!   - `hang`: each delivery prints `started <id>` and never ends;
+//!   - `work:<ms>`: each delivery prints `started <id>`, works that long, prints `acked <id>` and
+//!     acks;
+//!   - `ledger:<ms>`: each delivery writes a row into `<table>_deliveries` (`job`, `attempt`,
+//!     `pid`, `started_us`) through the pool when it starts, works that long, writes its
+//!     `ended_us` and acks (times in microseconds since the Unix epoch, by this host's clock);
+//!   - `soak:<seed>`: a transactional queue capped at 3 attempts, dead-lettered into the table
+//!     `<table>_dead`; each delivery writes (`job`, `attempt`, `pid`) into `<table>_effects`
+//!     through its transaction, then settles as [`soak::decide`] says: only an ack commits it.
 //!
 //! The table has the columns of the README's schema (`attempt`, `locked_until`, `retry_after`).
+//! The process prints `running` once its runner has started.
 
-use std::time::Duration;
+#[path = "consumer/soak.rs"]
+mod soak;
 
-use sqlx_queue::{Delivery, Outcome, Queue, Runner, Table};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use sqlx_queue::{DeadLetter, Delivery, Outcome, Queue, Runner, Table, Transactional};
 
 #[derive(Clone, Copy)]
 enum Mode {
     Hang,
     Work(Duration),
+    Ledger(Duration),
+    Soak(u64),
 }
 
-async fn handle(id: i64, mode: Mode) -> Outcome {
-    println!("started {id}");
-    match mode {
-        Mode::Hang => std::future::pending().await,
-        Mode::Work(work) => {
+/// A write into the `ledger` mode's table.
+#[derive(Clone, Copy)]
+enum Entry {
+    Started { id: i64, attempt: u32, at: i64 },
+    Ended { id: i64, started: i64, at: i64 },
+}
+
+/// Writes ledger entries through the pool; made for each database in `main`.
+type Ledger = Arc<dyn Fn(Entry) -> BoxFuture<'static, ()> + Send + Sync>;
+
+fn micros_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+async fn handle(id: i64, attempt: u32, mode: Mode, ledger: Option<Ledger>) -> Outcome {
+    match (mode, ledger) {
+        (Mode::Ledger(work), Some(ledger)) => {
+            let started = micros_now();
+            ledger(Entry::Started {
+                id,
+                attempt,
+                at: started,
+            })
+            .await;
+            tokio::time::sleep(work).await;
+            ledger(Entry::Ended {
+                id,
+                started,
+                at: micros_now(),
+            })
+            .await;
+            Outcome::ack()
+        }
+        (Mode::Work(work), _) => {
+            println!("started {id}");
             tokio::time::sleep(work).await;
             println!("acked {id}");
             Outcome::ack()
         }
+        _ => {
+            println!("started {id}");
+            std::future::pending().await
+        }
     }
 }
 
-/// Mounts one queue of `$form` on `$pool` (a `Pool<$db>`) and runs it until killed.
-macro_rules! run {
-    ($db:ty, $row_lock:ident, $pool:expr, $table:expr, $form:ident, $mode:expr, $workers:expr, $lease:expr) => {{
-        let queue = Queue::table(Table::new($table).retry_after("retry_after"));
-        let mode = $mode;
-        let runner = Runner::new($pool).poll_interval(Duration::from_millis(20));
-        let running = match $form {
+fn soak_outcome(decision: soak::Decision) -> Outcome {
+    match decision {
+        soak::Decision::Ack => Outcome::ack(),
+        soak::Decision::Retry => Outcome::retry(),
+        soak::Decision::RetryAfter(delay) => Outcome::retry_after(delay),
+        soak::Decision::Drop => Outcome::drop(),
+    }
+}
+
+/// `?` placeholders as PostgreSQL writes them (`$1`, `$2`, ..) when `numbered`.
+fn placeholders(sql: &str, numbered: bool) -> String {
+    if !numbered {
+        return sql.to_owned();
+    }
+    let mut n = 0;
+    let mut out = String::with_capacity(sql.len() + 8);
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push_str(&format!("${n}"));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The `ledger` mode's writer on `$pool` (a `Pool<_>`).
+macro_rules! ledger {
+    ($pool:expr, $table:expr, $numbered:expr) => {{
+        let pool = $pool.clone();
+        let insert = placeholders(
+            &format!(
+                "INSERT INTO {}_deliveries (job, attempt, pid, started_us) VALUES (?, ?, ?, ?)",
+                $table
+            ),
+            $numbered,
+        );
+        let end = placeholders(
+            &format!(
+                "UPDATE {}_deliveries SET ended_us = ? \
+                 WHERE job = ? AND pid = ? AND started_us = ?",
+                $table
+            ),
+            $numbered,
+        );
+        let pid = i64::from(std::process::id());
+        let ledger: Ledger = Arc::new(move |entry| {
+            let (pool, insert, end) = (pool.clone(), insert.clone(), end.clone());
+            Box::pin(async move {
+                let written = match entry {
+                    Entry::Started { id, attempt, at } => {
+                        sqlx::query(sqlx::AssertSqlSafe(insert))
+                            .bind(id)
+                            .bind(i64::from(attempt))
+                            .bind(pid)
+                            .bind(at)
+                            .execute(&pool)
+                            .await
+                    }
+                    Entry::Ended { id, started, at } => {
+                        sqlx::query(sqlx::AssertSqlSafe(end))
+                            .bind(at)
+                            .bind(id)
+                            .bind(pid)
+                            .bind(started)
+                            .execute(&pool)
+                            .await
+                    }
+                };
+                if let Err(error) = written {
+                    eprintln!("the ledger write failed: {error}");
+                }
+            })
+        });
+        ledger
+    }};
+}
+
+/// The `soak` mode's handler for deliveries of `$db`.
+macro_rules! soak_handler {
+    ($db:ty, $table:expr, $seed:expr, $numbered:expr) => {{
+        let insert = placeholders(
+            &format!(
+                "INSERT INTO {}_effects (job, attempt, pid) VALUES (?, ?, ?)",
+                $table
+            ),
+            $numbered,
+        );
+        let (seed, pid) = ($seed, i64::from(std::process::id()));
+        move |mut d: Delivery<$db, Transactional>| {
+            let insert = insert.clone();
+            async move {
+                let (id, attempt) = (d.id(), d.attempt());
+                // Written before the outcome is chosen: only an ack may commit it.
+                let written = sqlx::query(sqlx::AssertSqlSafe(insert))
+                    .bind(id)
+                    .bind(i64::from(attempt))
+                    .bind(pid)
+                    .execute(&mut *d.tx())
+                    .await;
+                if let Err(error) = written {
+                    eprintln!("the effect of row {id} was not written: {error}");
+                    return Outcome::retry();
+                }
+                soak_outcome(soak::decide(seed, id, attempt))
+            }
+        }
+    }};
+}
+
+/// Gives `$queue` the claim form named `$form`, finishes its chain with `$finish` (which sees the
+/// queue as `$q`), mounts it on `$runner` and starts it.
+macro_rules! start {
+    (
+        $row_lock:ident,
+        $runner:expr,
+        $queue:expr,
+        $form:expr,
+        $lease:expr,
+        |$q:ident| $finish:expr
+    ) => {
+        match $form {
             "lease" => {
-                runner
-                    .mount(
-                        queue
-                            .lease("locked_until")
-                            .lease_duration($lease)
-                            .attempt("attempt")
-                            .workers($workers)
-                            .handler(move |d: Delivery<$db>| handle(d.id(), mode)),
-                    )
-                    .start()
-                    .await?
+                let $q = $queue.lease("locked_until").lease_duration($lease);
+                $runner.mount($finish).start().await?
             }
             "advisory" => {
-                runner
-                    .mount(
-                        queue
-                            .advisory_lock()
-                            .attempt("attempt")
-                            .workers($workers)
-                            .handler(move |d: Delivery<$db>| handle(d.id(), mode)),
-                    )
-                    .start()
-                    .await?
+                let $q = $queue.advisory_lock();
+                $runner.mount($finish).start().await?
             }
-            other => run!(@$row_lock $db, runner, queue, other, mode, $workers),
+            other => start!(@$row_lock other, $runner, $queue, |$q| $finish),
+        }
+    };
+    (@no_row_lock $form:expr, $runner:expr, $queue:expr, |$q:ident| $finish:expr) => {
+        return Err(format!("form {} does not exist on SQLite", $form).into())
+    };
+    (@row_lock $form:expr, $runner:expr, $queue:expr, |$q:ident| $finish:expr) => {{
+        if $form != "row_lock" {
+            return Err(format!("unknown form {}", $form).into());
+        }
+        let $q = $queue.row_lock();
+        $runner.mount($finish).start().await?
+    }};
+}
+
+/// Mounts one queue on `$pool` (a `Pool<$db>`) and runs it until killed.
+macro_rules! run {
+    (
+        $db:ty,
+        $row_lock:ident,
+        $pool:expr,
+        $table:expr,
+        $form:expr,
+        $mode:expr,
+        $workers:expr,
+        $lease:expr,
+        $numbered:expr
+    ) => {{
+        let pool = $pool;
+        let (table, mode, workers) = ($table, $mode, $workers);
+        let runner = Runner::new(pool.clone()).poll_interval(Duration::from_millis(20));
+        let queue = Queue::table(Table::new(table).retry_after("retry_after"));
+        let running = match mode {
+            Mode::Soak(seed) => {
+                let handler = soak_handler!($db, table, seed, $numbered);
+                let dead = DeadLetter::table(format!("{table}_dead"));
+                start!($row_lock, runner, queue, $form, $lease, |q| q
+                    .attempt("attempt")
+                    .max_attempts(soak::MAX_ATTEMPTS)
+                    .dead_letter(dead)
+                    .transactional()
+                    .workers(workers)
+                    .handler(handler))
+            }
+            _ => {
+                let ledger =
+                    matches!(mode, Mode::Ledger(_)).then(|| ledger!(pool, table, $numbered));
+                start!($row_lock, runner, queue, $form, $lease, |q| q
+                    .attempt("attempt")
+                    .workers(workers)
+                    .handler(move |d: Delivery<$db>| handle(
+                        d.id(),
+                        d.attempt(),
+                        mode,
+                        ledger.clone()
+                    )))
+            }
         };
         println!("running");
         std::future::pending::<()>().await;
         drop(running);
-    }};
-    (@no_row_lock $db:ty, $runner:expr, $queue:expr, $form:expr, $mode:expr, $workers:expr) => {
-        return Err(format!("form {} does not exist on SQLite", $form).into())
-    };
-    (@row_lock $db:ty, $runner:expr, $queue:expr, $form:expr, $mode:expr, $workers:expr) => {{
-        if $form != "row_lock" {
-            return Err(format!("unknown form {}", $form).into());
-        }
-        let mode = $mode;
-        $runner
-            .mount(
-                $queue
-                    .row_lock()
-                    .attempt("attempt")
-                    .workers($workers)
-                    .handler(move |d: Delivery<$db>| handle(d.id(), mode)),
-            )
-            .start()
-            .await?
     }};
 }
 
@@ -102,12 +291,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mode = match mode.split_once(':') {
         None if mode == "hang" => Mode::Hang,
         Some(("work", ms)) => Mode::Work(Duration::from_millis(ms.parse()?)),
+        Some(("ledger", ms)) => Mode::Ledger(Duration::from_millis(ms.parse()?)),
+        Some(("soak", seed)) => Mode::Soak(seed.parse()?),
         _ => return Err(format!("unknown mode {mode}").into()),
     };
     let workers: usize = rest.first().map_or(Ok(1), |w| w.parse())?;
     let lease = Duration::from_millis(rest.get(1).map_or(Ok(30_000), |ms| ms.parse())?);
     let (table, form) = (table.as_str(), form.as_str());
-    let max = u32::try_from(workers + 2)?;
+    // Ledger writes go through the pool, beside the connections the form holds.
+    let extra = if matches!(mode, Mode::Ledger(_)) {
+        workers + 2
+    } else {
+        2
+    };
+    let max = u32::try_from(workers + extra)?;
     if database.starts_with("postgres") {
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(max)
@@ -121,7 +318,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             form,
             mode,
             workers,
-            lease
+            lease,
+            true
         );
     } else if database.starts_with("mysql") {
         let pool = sqlx::mysql::MySqlPoolOptions::new()
@@ -136,7 +334,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             form,
             mode,
             workers,
-            lease
+            lease,
+            false
         );
     } else {
         let options = sqlx::sqlite::SqliteConnectOptions::new()
@@ -155,7 +354,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             form,
             mode,
             workers,
-            lease
+            lease,
+            false
         );
     }
     Ok(())
