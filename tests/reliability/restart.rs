@@ -1,0 +1,245 @@
+//! Scenario 2 — Database restart: three runners — lease, row lock, advisory — drain a table each on
+//! a dedicated server (`servers.rs`); a third of the way through, the server is stopped, kept down
+//! for a few seconds, and started again. The runners must log the failures, back off, reconnect and
+//! finish, with no row lost and none settled twice. The server is started again whatever happens to
+//! the test.
+//!
+//! The test runs on one thread, so that the warnings its runners log can be captured (a
+//! thread's default `tracing` subscriber) and counted apart from other tests'.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::Pool;
+use sqlx_queue::{Delivery, Outcome, Queue, Runner, Running, Table};
+use tokio::time::Instant;
+
+use crate::crash::fill;
+use crate::servers::{Dedicated, Restore};
+use crate::support::{
+    AdvisoryForm, ConnIds, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb,
+    assert_handled, assert_nothing_held, database_url, micros_now, ms, overlaps, report, required,
+    skipped, unique, wait_for,
+};
+
+const ROWS: usize = 600;
+const WORKERS: usize = 4;
+const WORK: Duration = Duration::from_millis(20);
+const LEASE: Duration = Duration::from_secs(2);
+/// How long the server stays down: longer than the runners' acquire timeout, so that their
+/// claims fail rather than wait it out.
+const DOWN: Duration = Duration::from_secs(3);
+const ACQUIRE: Duration = Duration::from_secs(1);
+
+#[tokio::test(flavor = "current_thread")]
+async fn postgres_all_forms() {
+    database_restart::<sqlx::Postgres>(Dedicated::Postgres).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn mysql_all_forms() {
+    database_restart::<sqlx::MySql>(Dedicated::MariaDb).await;
+}
+
+/// The `tracing` output of this thread, from `capture` on.
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture(&self) -> tracing::subscriber::DefaultGuard {
+        let logs = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || logs.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    /// Lines of the crate's warnings and errors that contain `text`.
+    fn count(&self, text: &str) -> usize {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains("sqlx_queue") && line.contains(text))
+            .count()
+    }
+}
+
+/// One form's table and runner.
+struct Drain<DB: TestDb> {
+    form: &'static str,
+    table: String,
+    settled: String,
+    ids: Vec<i64>,
+    journal: Arc<Journal>,
+    running: Running,
+    pool: Pool<DB>,
+}
+
+async fn start_drain<DB: TestDb, F: Form<DB>>(ctx: &mut Ctx<DB>) -> Drain<DB> {
+    let table = ctx.table(Spec::queue()).await;
+    let settled = ctx.settled_ledger(&table).await;
+    let ids = fill(ctx, &table, ROWS).await;
+    let journal = Arc::new(Journal::default());
+    let tag = format!("sqlxq-restart-{}", unique());
+    let pool = DB::connect_tagged(
+        &ctx.url,
+        WORKERS as u32 + 1,
+        ACQUIRE,
+        &tag,
+        ConnIds::default(),
+    )
+    .await
+    .unwrap();
+    let handlers = Arc::clone(&journal);
+    let queue = F::apply(
+        Queue::table(Table::new(&table).retry_after("retry_after")),
+        LEASE,
+    )
+    .attempt("attempt")
+    .workers(WORKERS)
+    .handler(move |d: Delivery<DB>| {
+        let journal = Arc::clone(&handlers);
+        let entry = journal.begin(d.id(), d.attempt());
+        async move {
+            tokio::time::sleep(WORK).await;
+            journal.end(entry);
+            Outcome::ack()
+        }
+    });
+    let running = Runner::new(pool.clone())
+        .poll_interval(Duration::from_millis(20))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    Drain {
+        form: F::NAME,
+        table,
+        settled,
+        ids,
+        journal,
+        running,
+        pool,
+    }
+}
+
+async fn database_restart<DB: TestDb>(server: Dedicated)
+where
+    RowLockForm: Form<DB>,
+{
+    let logs = Logs::default();
+    let _capture = logs.capture();
+    if database_url::<DB>().is_none() {
+        return;
+    }
+    if let Err(why) = server.ensure_up().await {
+        assert!(!required(), "the dedicated {server:?} server: {why}");
+        skipped(&format!("{server:?} restart"), &why);
+        return;
+    }
+    let mut ctx = Ctx::<DB>::on(server.url()).await;
+    let drains = vec![
+        start_drain::<DB, LeaseForm>(&mut ctx).await,
+        start_drain::<DB, RowLockForm>(&mut ctx).await,
+        start_drain::<DB, AdvisoryForm>(&mut ctx).await,
+    ];
+    let started = Instant::now();
+    wait_for(
+        "a third of every table handled",
+        Duration::from_secs(60),
+        || async { drains.iter().all(|d| d.journal.ended() >= ROWS / 3) },
+    )
+    .await;
+
+    let restore = Restore::new(server);
+    let down_at = micros_now();
+    server.stop().await.expect("the dedicated server stops");
+    let stopped = micros_now();
+    tokio::time::sleep(DOWN).await; // the outage
+    server
+        .start()
+        .await
+        .expect("the dedicated server starts again");
+    let up_at = micros_now();
+    restore.restored();
+
+    for drain in &drains {
+        ctx.wait_none(&drain.table, "1 = 1", 120).await;
+    }
+    let drained = started.elapsed();
+    let claim_failures = logs.count("claim failed");
+    let warnings = logs.count("WARN") + logs.count("ERROR");
+
+    let mut lines = Vec::new();
+    for drain in drains {
+        let stats = drain.running.stats();
+        drain.running.shutdown().await.unwrap();
+        drain.pool.close().await;
+        let deliveries = drain.journal.entries();
+        assert_handled(&deliveries, &drain.ids);
+        ctx.assert_settled_once(&drain.settled, &drain.ids).await;
+        // Whatever a handler held was lost at the stop, but nobody could claim it again before
+        // the server was back, by when every handler of the outage had ended.
+        let twice = overlaps(&deliveries, |_| None);
+        assert!(
+            twice.is_empty(),
+            "{}: rows in two handlers at once: {twice:?}",
+            drain.form
+        );
+        let first_after = deliveries
+            .iter()
+            .map(|d| d.start)
+            .filter(|start| *start >= up_at)
+            .min()
+            .expect("deliveries after the restart");
+        match drain.form {
+            "lease" => assert_nothing_held::<DB, LeaseForm>(&ctx, &drain.table, None).await,
+            "row_lock" => assert_nothing_held::<DB, RowLockForm>(&ctx, &drain.table, None).await,
+            _ => {
+                assert_nothing_held::<DB, AdvisoryForm>(&ctx, &drain.table, Some(&drain.settled))
+                    .await;
+            }
+        }
+        lines.push(format!(
+            "{}: first delivery {:.0} ms after the server answered, {} deliveries for {ROWS} \
+             rows, {} settlements failed, {} leases lost",
+            drain.form,
+            ms(first_after - up_at),
+            deliveries.len(),
+            stats.failed,
+            stats.lease_lost,
+        ));
+    }
+    assert!(
+        claim_failures >= 1,
+        "no claim failure was logged while the server was down"
+    );
+    // Without a back-off, three queues polling every 20 ms would log hundreds.
+    assert!(
+        claim_failures <= 45,
+        "{claim_failures} claim failures logged: the runners did not back off"
+    );
+    report(&format!(
+        "restart: {}: server stopped in {:.0} ms and kept down {DOWN:?}, back {:.1} s after the \
+         stop; {claim_failures} claim failures and {warnings} warnings/errors logged; all \
+         {ROWS} rows of each table settled once in {:.1} s; {}",
+        DB::LABEL,
+        ms(stopped - down_at),
+        ms(up_at - down_at) / 1000.0,
+        drained.as_secs_f64(),
+        lines.join("; ")
+    ));
+    ctx.drop_tables().await;
+}
