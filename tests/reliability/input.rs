@@ -187,23 +187,18 @@ async fn hostile_names<DB: TestDb>() {
             .unwrap();
         let longer = format!("{kept}z");
         let (started, _) = start(&ctx, Table::new(&longer), None).await;
-        assert!(
-            started.is_err(),
-            "a {}-byte name started a queue",
-            longer.len()
-        );
         let enqueued = DB::enqueue(&ctx.pool, &Table::new(&longer), Job::new("x")).await;
-        assert!(enqueued.is_err(), "a {}-byte name took a job", longer.len());
+        let reason = match started {
+            Err(Error::Identifier { reason, .. }) => reason,
+            other => panic!("a {}-byte name was not refused: {other:?}", longer.len()),
+        };
+        refused("table", &longer, enqueued);
         assert_eq!(
             ctx.count(&kept, "1 = 1").await,
             1,
             "a longer name reached the table of its first {limit} bytes"
         );
-        long_note = format!(
-            "a {}-byte name refused ({})",
-            longer.len(),
-            started.err().map(|e| e.to_string()).unwrap_or_default()
-        );
+        long_note = format!("a {}-byte name refused ({reason})", longer.len());
     }
 
     // Letters of any script and inner spaces are names: quoted, and used as given.
