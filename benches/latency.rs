@@ -6,7 +6,10 @@
 //!   from just before the enqueue call to the first line of the handler:
 //!   - (a) *in-process wake*: enqueued through [`Table::enqueue`] in the same process, which
 //!     wakes the queue (poll interval left at its 1 s default), for each claim form;
-//!   - (b) *`listen_notify()`*: not built in the crate yet, reported as `n/a`;
+//!   - (b) *`listen_notify()`* (PostgreSQL): the queue listens on its table's channel and the
+//!     job comes from another connection as another process would send it, a plain `INSERT`
+//!     and a `NOTIFY` of [`Table::notify_channel`] in one transaction (no in-process wake; poll
+//!     interval 1 s);
 //!   - (c) *polling only*: enqueued with a plain sqlx `INSERT`, which wakes nothing; the
 //!     runner polls every 50 ms.
 //! - **Under load**: a backlog of 20,000 jobs is drained by 8 workers while jobs are enqueued
@@ -230,6 +233,7 @@ impl Db for sqlx::Postgres {
             runner,
             Queue::table(table).row_lock().attempt("attempt"),
             handler,
+            false,
         )
     }
 }
@@ -262,6 +266,7 @@ impl Db for sqlx::MySql {
             runner,
             Queue::table(table).row_lock().attempt("attempt"),
             handler,
+            false,
         )
     }
 }
@@ -338,10 +343,12 @@ fn mount<DB: Backend, F>(
     runner: Runner<DB>,
     queue: Queue<F, AttemptColumn>,
     handler: Handler,
+    listen: bool,
 ) -> Runner<DB>
 where
     F: ClaimForm + FormOn<DB>,
 {
+    let queue = if listen { queue.listen_notify() } else { queue };
     // One worker for the allocation drain (a plain loop to compare with), four otherwise.
     let workers = if matches!(handler, Handler::Count(_)) {
         1
@@ -371,18 +378,26 @@ impl Form {
     }
 }
 
-fn mount_form<DB: Db>(runner: Runner<DB>, table: &str, form: Form, handler: Handler) -> Runner<DB> {
+fn mount_form<DB: Db>(
+    runner: Runner<DB>,
+    table: &str,
+    form: Form,
+    handler: Handler,
+    listen: bool,
+) -> Runner<DB> {
     let table = Table::new(table);
     match form {
         Form::Lease => mount(
             runner,
             Queue::table(table).lease("locked_until").attempt("attempt"),
             handler,
+            listen,
         ),
         Form::Advisory => mount(
             runner,
             Queue::table(table).advisory_lock().attempt("attempt"),
             handler,
+            listen,
         ),
         Form::RowLock => DB::mount_row_lock(runner, table, handler),
     }
@@ -483,9 +498,25 @@ struct Idle {
     enqueues: Vec<f64>,
 }
 
-/// Jobs enqueued one at a time on an idle queue; `wake` enqueues through the crate (which wakes
-/// the queue), else with a plain `INSERT` and a runner polling every 50 ms.
-async fn idle<DB: Db>(ctx: &Ctx, form: Form, jobs: usize, wake: bool) -> Result<Idle, String> {
+/// How an idle case's jobs reach the runner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Arrival {
+    /// [`Table::enqueue`] in this process: an in-process wake.
+    Wake,
+    /// A plain `INSERT` and a `NOTIFY` from another connection; the queue listens.
+    Notify,
+    /// A plain `INSERT`; the runner polls every 50 ms.
+    Poll,
+}
+
+/// Jobs enqueued one at a time on an idle queue.
+async fn idle<DB: Db>(
+    ctx: &Ctx,
+    form: Form,
+    jobs: usize,
+    arrival: Arrival,
+) -> Result<Idle, String> {
+    let wake = arrival != Arrival::Poll;
     let pool = ctx.fresh::<DB>().await?;
     let (started, mut starts) = mpsc::unbounded_channel();
     let handler = Handler::Report {
@@ -496,7 +527,8 @@ async fn idle<DB: Db>(ctx: &Ctx, form: Form, jobs: usize, wake: bool) -> Result<
     if !wake {
         runner = runner.poll_interval(POLL);
     }
-    let running = mount_form::<DB>(runner, &ctx.table, form, handler)
+    let listen = arrival == Arrival::Notify;
+    let running = mount_form::<DB>(runner, &ctx.table, form, handler, listen)
         .start()
         .await
         .map_err(|e| e.to_string())?;
@@ -512,7 +544,18 @@ async fn idle<DB: Db>(ctx: &Ctx, form: Form, jobs: usize, wake: bool) -> Result<
         };
         tokio::time::sleep(pause(i, spread)).await;
         let t0 = Instant::now();
-        if wake {
+        if arrival == Arrival::Notify {
+            let channel = table.notify_channel();
+            DB::script(
+                &pool,
+                format!(
+                    "INSERT INTO {} (payload) VALUES ('notified'); NOTIFY {channel}",
+                    ctx.table
+                ),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        } else if wake {
             DB::enqueue(&pool, &table, Job::new("job"))
                 .await
                 .map_err(|e| e.to_string())?;
@@ -603,6 +646,7 @@ async fn allocations_crate<DB: Db>(ctx: &Ctx, rows: usize) -> Result<(f64, f64),
         &ctx.table,
         Form::Lease,
         Handler::Count(Arc::clone(&count)),
+        false,
     );
     let running = runner.start().await.map_err(|e| e.to_string())?;
     // Counted from the first delivery's end to the last one's.
@@ -779,7 +823,7 @@ async fn latencies<DB: Db>(options: &Options, out: &Mutex<Vec<String>>) {
             options.jobs
         );
         let case = format!("(a) in-process wake, {}", form.label());
-        match idle::<DB>(&ctx, form, options.jobs, true).await {
+        match idle::<DB>(&ctx, form, options.jobs, Arrival::Wake).await {
             Ok(idle) => push(idle_row(DB::ID, &case, idle)),
             Err(e) => push(latency_row(
                 DB::ID,
@@ -789,13 +833,27 @@ async fn latencies<DB: Db>(options: &Options, out: &Mutex<Vec<String>>) {
             )),
         }
     }
-    push(format!(
-        "| {} | (b) `listen_notify()` | — | n/a | n/a | n/a | n/a | n/a (listen_notify not built) |",
-        db_label(DB::ID)
-    ));
+    if DB::ID == "postgres" {
+        eprintln!("  {} lease: listen_notify, {} jobs", DB::ID, options.jobs);
+        let case = "(b) `listen_notify()`, lease";
+        match idle::<DB>(&ctx, Form::Lease, options.jobs, Arrival::Notify).await {
+            Ok(idle) => push(idle_row(DB::ID, case, idle)),
+            Err(e) => push(latency_row(
+                DB::ID,
+                case,
+                Vec::new(),
+                &format!("FAILED: {e}"),
+            )),
+        }
+    } else {
+        push(format!(
+            "| {} | (b) `listen_notify()` | — | n/a | n/a | n/a | n/a | PostgreSQL only |",
+            db_label(DB::ID)
+        ));
+    }
     eprintln!("  {} lease: polling only, {} jobs", DB::ID, options.polled);
     let case = format!("(c) polling only ({} ms), lease", POLL.as_millis());
-    match idle::<DB>(&ctx, Form::Lease, options.polled, false).await {
+    match idle::<DB>(&ctx, Form::Lease, options.polled, Arrival::Poll).await {
         Ok(idle) => push(idle_row(DB::ID, &case, idle)),
         Err(e) => push(latency_row(
             DB::ID,
