@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use chrono::{DateTime, Utc};
 use sqlx::Pool;
 
-use super::held::{HeldConn, Key, held_in_process, take_in_process};
+use super::held::{HeldConn, Key, held_in_process, held_in_process_count, take_in_process};
 use super::row_lock::no_retry_after;
 use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
@@ -153,10 +153,15 @@ impl AdvisoryForm {
         want: usize,
         now: DateTime<Utc>,
     ) -> Result<VecDeque<i64>, sqlx::Error> {
+        // SQLite's keys are held in this process, not skipped by the query: list past them.
+        let held = match self.keys {
+            Keys::InProcess { table } => held_in_process_count(table),
+            _ => 0,
+        };
         let args = Args {
             now: Some(now),
             group: self.group.as_deref(),
-            limit: i64::try_from(want * 2 + 2).unwrap_or(i64::MAX),
+            limit: i64::try_from(want * 2 + 2 + held).unwrap_or(i64::MAX),
             ..self.keys.args(0)
         };
         let ids = DB::fetch_i64s(conn, query(&self.sql.candidates, &args)).await?;

@@ -46,6 +46,13 @@ pub(crate) fn take_in_process(table: u64, id: i64) -> bool {
         .insert((table, id))
 }
 
+/// How many in-process keys of `table` are held.
+pub(crate) fn held_in_process_count(table: u64) -> usize {
+    let keys = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
+    keys.as_ref()
+        .map_or(0, |keys| keys.iter().filter(|(t, _)| *t == table).count())
+}
+
 /// Whether an in-process key is held.
 pub(crate) fn held_in_process(table: u64, id: i64) -> bool {
     let keys = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
