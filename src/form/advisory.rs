@@ -10,9 +10,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use sqlx::Pool;
 
-use super::held::{HeldConn, Key, held_in_process, held_in_process_count, take_in_process};
+use super::held::{Conns, HeldConn, Key, held_in_process, held_in_process_count, take_in_process};
 use super::row_lock::no_retry_after;
 use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
@@ -111,13 +110,15 @@ impl AdvisoryForm {
     /// key (another session may have settled it meanwhile).
     pub(crate) async fn claim<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         want: usize,
     ) -> Result<Vec<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
         let now = self.clock.now();
         let candidates = {
-            let mut conn = pool.acquire().await?;
-            self.candidates::<DB>(&mut conn, want, now).await?
+            let mut conn = conns.get().await?;
+            let candidates = self.candidates::<DB>(&mut conn, want, now).await?;
+            conns.put(conn);
+            candidates
         };
         let takers = want.min(candidates.len());
         if takers == 0 {
@@ -125,7 +126,7 @@ impl AdvisoryForm {
         }
         let candidates = Mutex::new(candidates);
         let taken =
-            futures::future::join_all((0..takers).map(|_| self.take_next(pool, &candidates, now)))
+            futures::future::join_all((0..takers).map(|_| self.take_next(conns, &candidates, now)))
                 .await;
         let mut rows = Vec::with_capacity(takers);
         let mut first_error = None;
@@ -178,11 +179,11 @@ impl AdvisoryForm {
     /// batch, whose rows settle one by one.
     pub(crate) async fn claim_batch<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         limit: usize,
     ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), sqlx::Error> {
         let now = self.clock.now();
-        let mut conn = HeldConn::new(pool.acquire().await?);
+        let mut conn = HeldConn::new(conns.get().await?);
         let candidates = Mutex::new(self.candidates::<DB>(&mut conn, limit, now).await?);
         let mut rows = Vec::with_capacity(limit);
         while rows.len() < limit {
@@ -194,18 +195,38 @@ impl AdvisoryForm {
         Ok((rows, conn))
     }
 
+    /// Takes one row, on a connection that then holds its key (a worker's own claim).
+    pub(crate) async fn claim_one<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+    ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
+        let now = self.clock.now();
+        let mut conn = HeldConn::new(conns.get().await?);
+        let candidates = Mutex::new(self.candidates::<DB>(&mut conn, 1, now).await?);
+        match self.take_on(&mut conn, &candidates, now).await? {
+            Some(row) => Ok(Some((row, conn))),
+            None => {
+                conns.put_held(conn);
+                Ok(None)
+            }
+        }
+    }
+
     /// Takes the next candidate whose key this connection gets.
     async fn take_next<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         candidates: &Mutex<VecDeque<i64>>,
         now: DateTime<Utc>,
     ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
-        let mut conn = HeldConn::new(pool.acquire().await?);
-        Ok(self
-            .take_on(&mut conn, candidates, now)
-            .await?
-            .map(|row| (row, conn)))
+        let mut conn = HeldConn::new(conns.get().await?);
+        match self.take_on(&mut conn, candidates, now).await? {
+            Some(row) => Ok(Some((row, conn))),
+            None => {
+                conns.put_held(conn);
+                Ok(None)
+            }
+        }
     }
 
     /// Takes the next candidate whose key `conn` gets, and holds it there.

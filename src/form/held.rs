@@ -3,6 +3,7 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
+use sqlx::Pool;
 use sqlx::SqlStr;
 use sqlx::pool::PoolConnection;
 use sqlx_core::transaction::TransactionManager;
@@ -21,7 +22,8 @@ use crate::backend::Backend;
 /// goes back to the pool as it is: it is closed, and the server rolls the transaction back and
 /// releases the key (an in-process key is released at once).
 pub(crate) struct HeldConn<DB: Backend> {
-    conn: PoolConnection<DB>,
+    /// Always `Some` but in `into_clean`.
+    conn: Option<PoolConnection<DB>>,
     /// The keys this connection's deliveries hold (one, or a batch's).
     keys: Vec<Key>,
 }
@@ -70,29 +72,29 @@ fn release_in_process(table: u64, id: i64) {
 impl<DB: Backend> HeldConn<DB> {
     pub(crate) fn new(conn: PoolConnection<DB>) -> Self {
         HeldConn {
-            conn,
+            conn: Some(conn),
             keys: Vec::new(),
         }
     }
 
     /// Opens a transaction, or a savepoint inside one; `statement` replaces the `BEGIN`.
     pub(crate) async fn begin(&mut self, statement: Option<&'static str>) -> sqlx::Result<()> {
-        DB::TransactionManager::begin(&mut self.conn, statement.map(SqlStr::from_static)).await
+        DB::TransactionManager::begin(self, statement.map(SqlStr::from_static)).await
     }
 
     /// Commits the innermost transaction (or releases the innermost savepoint).
     pub(crate) async fn commit(&mut self) -> sqlx::Result<()> {
-        DB::TransactionManager::commit(&mut self.conn).await
+        DB::TransactionManager::commit(self).await
     }
 
     /// Rolls the innermost transaction back (or back to the innermost savepoint).
     pub(crate) async fn rollback(&mut self) -> sqlx::Result<()> {
-        DB::TransactionManager::rollback(&mut self.conn).await
+        DB::TransactionManager::rollback(self).await
     }
 
     /// How many transactions and savepoints are open.
     pub(crate) fn depth(&self) -> usize {
-        DB::TransactionManager::get_transaction_depth(&self.conn)
+        DB::TransactionManager::get_transaction_depth(self)
     }
 
     /// Records that this connection's delivery holds `key`.
@@ -115,27 +117,128 @@ impl<DB: Backend> Deref for HeldConn<DB> {
     type Target = DB::Connection;
 
     fn deref(&self) -> &DB::Connection {
-        &self.conn
+        self.conn.as_ref().expect("taken only when dropped")
     }
 }
 
 impl<DB: Backend> DerefMut for HeldConn<DB> {
     fn deref_mut(&mut self) -> &mut DB::Connection {
-        &mut self.conn
+        self.conn.as_mut().expect("taken only when dropped")
+    }
+}
+
+impl<DB: Backend> HeldConn<DB> {
+    /// The pooled connection, when it holds nothing any more (no transaction, no key).
+    pub(crate) fn into_clean(mut self) -> Option<PoolConnection<DB>> {
+        if self.keys.is_empty() && self.depth() == 0 {
+            self.conn.take()
+        } else {
+            None
+        }
     }
 }
 
 impl<DB: Backend> Drop for HeldConn<DB> {
     fn drop(&mut self) {
+        let Some(conn) = self.conn.as_mut() else {
+            return;
+        };
+        let mut close = DB::TransactionManager::get_transaction_depth(conn) > 0;
         for key in std::mem::take(&mut self.keys) {
             match key {
                 Key::InProcess(table, id) => release_in_process(table, id),
-                Key::Session(_) => self.conn.close_on_drop(),
+                Key::Session(_) => close = true,
             }
         }
-        if self.depth() > 0 {
-            self.conn.close_on_drop();
+        if close {
+            conn.close_on_drop();
         }
+    }
+}
+
+/// The pooled connections a queue keeps between statements. sqlx tests a connection with a
+/// round trip each time it goes back to the pool (and, by default, when it is acquired): kept
+/// here, a connection is reused at once. At most `keep` are kept, and never the pool's last
+/// connection (others — the application, other queues — may need it); one that failed is
+/// dropped, not kept. A task of this queue waiting on the pool takes a connection kept
+/// meanwhile, and an idle queue gives its kept connections back (`clear`).
+pub(crate) struct Conns<DB: Backend> {
+    pub(crate) pool: Pool<DB>,
+    spare: std::sync::Mutex<Vec<PoolConnection<DB>>>,
+    kept: tokio::sync::Notify,
+    keep: usize,
+}
+
+impl<DB: Backend> Conns<DB> {
+    pub(crate) fn new(pool: Pool<DB>, keep: usize) -> Self {
+        let keep = keep.min((pool.options().get_max_connections() as usize).saturating_sub(1));
+        Conns {
+            pool,
+            spare: std::sync::Mutex::new(Vec::with_capacity(keep)),
+            kept: tokio::sync::Notify::new(),
+            keep,
+        }
+    }
+
+    fn pop(&self) -> Option<PoolConnection<DB>> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// A kept connection, or one of the pool's (or one kept while waiting for the pool's).
+    pub(crate) async fn get(&self) -> sqlx::Result<PoolConnection<DB>> {
+        if let Some(conn) = self.pop() {
+            return Ok(conn);
+        }
+        if self.keep == 0 {
+            return self.pool.acquire().await;
+        }
+        let acquire = self.pool.acquire();
+        tokio::pin!(acquire);
+        loop {
+            let kept = self.kept.notified();
+            tokio::pin!(kept);
+            kept.as_mut().enable();
+            if let Some(conn) = self.pop() {
+                return Ok(conn);
+            }
+            tokio::select! {
+                conn = &mut acquire => return conn,
+                () = &mut kept => {}
+            }
+        }
+    }
+
+    /// Keeps `conn` for the next statement (or returns it to the pool when enough are kept).
+    pub(crate) fn put(&self, conn: PoolConnection<DB>) {
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < self.keep {
+            spare.push(conn);
+            drop(spare);
+            self.kept.notify_one();
+        }
+    }
+
+    /// Gives every kept connection back to the pool: after a failure (they may be as broken as
+    /// the one that failed, and the pool tests connections it hands out), and when the queue
+    /// goes idle.
+    pub(crate) fn clear(&self) {
+        let spare = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(spare);
+    }
+
+    /// Keeps a delivery's connection once it holds nothing (else it is dropped as it is).
+    pub(crate) fn put_held(&self, conn: HeldConn<DB>) {
+        if let Some(conn) = conn.into_clean() {
+            self.put(conn);
+        }
+    }
+}
+
+impl<DB: Backend> fmt::Debug for Conns<DB> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conns")
+            .field("keep", &self.keep)
+            .finish_non_exhaustive()
     }
 }
 

@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::{Connection as _, Pool};
+use sqlx::Connection as _;
 use tokio::time::Instant;
 
-use super::held::HeldConn;
+use super::held::{Conns, HeldConn};
 use super::row_lock::no_retry_after;
 use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
@@ -46,11 +46,11 @@ impl LeaseForm {
     /// Claims up to `limit` rows in one committed step, counting their attempt.
     pub(crate) async fn claim<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         limit: usize,
     ) -> Result<Claimed, sqlx::Error> {
         // The token is taken once the connection is: a wait for it does not shorten the lease.
-        let mut conn = pool.acquire().await?;
+        let mut conn = conns.get().await?;
         let taken = Instant::now();
         let now = self.clock.now();
         let token = self.clock.after(self.duration);
@@ -82,6 +82,7 @@ impl LeaseForm {
                 rows
             }
         };
+        conns.put(conn);
         rows.sort_unstable_by_key(|row| row.id);
         Ok(Claimed { rows, token, taken })
     }
@@ -90,7 +91,7 @@ impl LeaseForm {
     /// lost.
     pub(crate) async fn extend<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         id: i64,
         token: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
@@ -101,7 +102,7 @@ impl LeaseForm {
             new_token: Some(new_token),
             ..Args::default()
         };
-        let changed = self.run(pool, &self.sql.extend, &args).await?;
+        let changed = self.run(conns, &self.sql.extend, &args).await?;
         Ok((changed == 1).then_some(new_token))
     }
 
@@ -114,7 +115,7 @@ impl LeaseForm {
     /// `tx` was rolled back.
     pub(crate) async fn settle<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         id: i64,
         token: DateTime<Utc>,
         outcome: Outcome,
@@ -133,7 +134,7 @@ impl LeaseForm {
         }
         let mut conn = match tx {
             Some(tx) => tx,
-            None => HeldConn::new(pool.acquire().await?),
+            None => HeldConn::new(conns.get().await?),
         };
         let settled = match (self.custom.get(outcome.0), &self.dead, outcome.0) {
             (Some(custom), _, _) => {
@@ -162,6 +163,7 @@ impl LeaseForm {
                 conn.rollback().await?;
             }
         }
+        conns.put_held(conn);
         if settled { Ok(()) } else { Err(self.lost(id)) }
     }
 
@@ -188,10 +190,20 @@ impl LeaseForm {
     /// token: whether each row still carried its token and was settled.
     pub(crate) async fn finish_many<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         items: &[(i64, DateTime<Utc>)],
     ) -> Result<Vec<bool>, sqlx::Error> {
         debug_assert!(!items.is_empty() && items.len() <= MAX_FINISH);
+        if let ([(id, token)], FinishMany::LockThenFinish { .. }) = (items, &self.sql.finish_many) {
+            // One row: its own guarded statement is one round trip, not a transaction's four.
+            let args = Args {
+                id: *id,
+                token: Some(*token),
+                now: Some(self.clock.now()),
+                ..Args::default()
+            };
+            return Ok(vec![self.run(conns, &self.sql.finish, &args).await? > 0]);
+        }
         let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
         let tokens: Vec<DateTime<Utc>> = items.iter().map(|(_, token)| *token).collect();
         let size = |n: usize| n.next_power_of_two().trailing_zeros() as usize;
@@ -201,7 +213,7 @@ impl LeaseForm {
             now: Some(self.clock.now()),
             ..Args::default()
         };
-        let mut conn = pool.acquire().await?;
+        let mut conn = conns.get().await?;
         let settled = match &self.sql.finish_many {
             FinishMany::Returning(statements) => {
                 DB::fetch_i64s(&mut conn, query(&statements[size(ids.len())], &args)).await?
@@ -217,6 +229,7 @@ impl LeaseForm {
                 held
             }
         };
+        conns.put(conn);
         Ok(ids.iter().map(|id| settled.contains(id)).collect())
     }
 
@@ -224,7 +237,7 @@ impl LeaseForm {
     /// claimable again at once. Returns whether the lease was still held.
     pub(crate) async fn release<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         id: i64,
         token: DateTime<Utc>,
     ) -> Result<bool, sqlx::Error> {
@@ -233,7 +246,7 @@ impl LeaseForm {
             token: Some(token),
             ..Args::default()
         };
-        Ok(self.run(pool, &self.sql.release, &args).await? == 1)
+        Ok(self.run(conns, &self.sql.release, &args).await? == 1)
     }
 
     pub(crate) fn lost(&self, id: i64) -> Error {
@@ -246,11 +259,13 @@ impl LeaseForm {
 
     async fn run<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         stmt: &Stmt,
         args: &Args<'_>,
     ) -> Result<u64, sqlx::Error> {
-        let mut conn = pool.acquire().await?;
-        DB::execute(&mut *conn, query(stmt, args)).await
+        let mut conn = conns.get().await?;
+        let changed = DB::execute(&mut *conn, query(stmt, args)).await?;
+        conns.put(conn);
+        Ok(changed)
     }
 }

@@ -10,14 +10,12 @@ pub(crate) mod held;
 pub(crate) mod lease;
 pub(crate) mod row_lock;
 
-use sqlx::Pool;
-
 use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Outcome, Settle};
 use crate::dialect::{Args, DeadSql, Stmt};
 use crate::error::Result;
 use crate::queue::Event;
-use held::HeldConn;
+use held::{Conns, HeldConn};
 
 /// The claim form of a started queue, with its rendered statements.
 #[derive(Debug)]
@@ -123,12 +121,12 @@ impl FormRuntime {
     /// others start only once the first found a row).
     pub(crate) async fn claim<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         want: usize,
     ) -> Result<Vec<(ClaimedRow, Hold<DB>)>, sqlx::Error> {
         match self {
             FormRuntime::Lease(lease) => {
-                let claimed = lease.claim(pool, want).await?;
+                let claimed = lease.claim(conns, want).await?;
                 let (token, taken) = (claimed.token, claimed.taken);
                 Ok(claimed
                     .rows
@@ -137,12 +135,12 @@ impl FormRuntime {
                     .collect())
             }
             FormRuntime::RowLock(row_lock) => {
-                let Some((row, conn)) = row_lock.claim_one(pool).await? else {
+                let Some((row, conn)) = row_lock.claim_one(conns).await? else {
                     return Ok(Vec::new());
                 };
                 let mut rows = vec![(row, Hold::Conn(conn))];
                 let more =
-                    futures::future::join_all((1..want).map(|_| row_lock.claim_one(pool))).await;
+                    futures::future::join_all((1..want).map(|_| row_lock.claim_one(conns))).await;
                 for claimed in more {
                     match claimed {
                         Ok(Some((row, conn))) => rows.push((row, Hold::Conn(conn))),
@@ -153,7 +151,7 @@ impl FormRuntime {
                 Ok(rows)
             }
             FormRuntime::Advisory(advisory) => Ok(advisory
-                .claim(pool, want)
+                .claim(conns, want)
                 .await?
                 .into_iter()
                 .map(|(row, conn)| (row, Hold::Conn(conn)))
@@ -161,24 +159,37 @@ impl FormRuntime {
         }
     }
 
+    /// Claims one row for one worker, on a connection that then holds it (row lock, advisory).
+    pub(crate) async fn claim_one<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+    ) -> Result<Option<(ClaimedRow, Hold<DB>)>, sqlx::Error> {
+        let claimed = match self {
+            FormRuntime::RowLock(row_lock) => row_lock.claim_one(conns).await?,
+            FormRuntime::Advisory(advisory) => advisory.claim_one(conns).await?,
+            FormRuntime::Lease(_) => unreachable!("the lease form claims for every worker at once"),
+        };
+        Ok(claimed.map(|(row, conn)| (row, Hold::Conn(conn))))
+    }
+
     /// Claims one batch of up to `size` rows, held together: lease — one claim, one token;
     /// row lock — one transaction; advisory — one connection holding every row's key.
     pub(crate) async fn claim_batch<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         size: usize,
     ) -> Result<(Vec<ClaimedRow>, Hold<DB>), sqlx::Error> {
         match self {
             FormRuntime::Lease(lease) => {
-                let claimed = lease.claim(pool, size).await?;
+                let claimed = lease.claim(conns, size).await?;
                 Ok((claimed.rows, Hold::Lease(claimed.token, claimed.taken)))
             }
             FormRuntime::RowLock(row_lock) => {
-                let (rows, conn) = row_lock.claim_batch(pool, size).await?;
+                let (rows, conn) = row_lock.claim_batch(conns, size).await?;
                 Ok((rows, Hold::Conn(conn)))
             }
             FormRuntime::Advisory(advisory) => {
-                let (rows, conn) = advisory.claim_batch(pool, size).await?;
+                let (rows, conn) = advisory.claim_batch(conns, size).await?;
                 Ok((rows, Hold::Conn(conn)))
             }
         }
@@ -191,7 +202,7 @@ impl FormRuntime {
     /// `tokens` are the lease form's current tokens, per row.
     pub(crate) async fn settle_batch<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         settlements: &[(i64, Outcome)],
         tokens: &[DateTime<Utc>],
         hold: Hold<DB>,
@@ -211,7 +222,7 @@ impl FormRuntime {
                     .collect();
                 let mut settled = Vec::with_capacity(acked.len());
                 for chunk in acked.chunks(crate::dialect::MAX_FINISH) {
-                    match lease.finish_many(pool, chunk).await {
+                    match lease.finish_many(conns, chunk).await {
                         Ok(rows) => settled.extend(chunk.iter().zip(rows).map(|((id, _), ok)| {
                             (*id, if ok { Ok(()) } else { Err(lease.lost(*id)) })
                         })),
@@ -226,7 +237,7 @@ impl FormRuntime {
                     let done = settled.iter().position(|(settled_id, _)| *settled_id == id);
                     results.push(match done {
                         Some(i) => settled.swap_remove(i).1,
-                        None => lease.settle(pool, id, token, outcome, None).await,
+                        None => lease.settle(conns, id, token, outcome, None).await,
                     });
                 }
                 Ok(results)
@@ -236,6 +247,7 @@ impl FormRuntime {
                 for &(id, outcome) in settlements {
                     results.push(advisory.settle(&mut conn, id, outcome).await);
                 }
+                conns.put_held(conn);
                 Ok(results)
             }
             (FormRuntime::RowLock(row_lock), Hold::Conn(mut conn)) => {
@@ -254,6 +266,7 @@ impl FormRuntime {
                         Some(error)
                     }
                 };
+                conns.put_held(conn);
                 match failed {
                     None => Ok(settlements.iter().map(|_| Ok(())).collect()),
                     Some(error) => Err(crate::Error::BatchRolledBack {
@@ -270,7 +283,7 @@ impl FormRuntime {
     /// Releases a batch's rows unsettled; returns how many were still held.
     pub(crate) async fn release_batch<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         rows: &[(i64, DateTime<Utc>)],
         hold: Hold<DB>,
     ) -> u64 {
@@ -278,7 +291,7 @@ impl FormRuntime {
         match (self, hold) {
             (FormRuntime::Lease(lease), Hold::Lease(..)) => {
                 for &(id, token) in rows {
-                    if let Ok(true) = lease.release(pool, id, token).await {
+                    if let Ok(true) = lease.release(conns, id, token).await {
                         released += 1;
                     }
                 }
@@ -287,6 +300,7 @@ impl FormRuntime {
                 if conn.rollback().await.is_ok() {
                     released = rows.len() as u64;
                 }
+                conns.put_held(conn);
             }
             (FormRuntime::Advisory(advisory), Hold::Conn(mut conn)) => {
                 for &(id, _) in rows {
@@ -294,10 +308,18 @@ impl FormRuntime {
                         released += 1;
                     }
                 }
+                conns.put_held(conn);
             }
             _ => unreachable!("each form claims its own hold"),
         }
         released
+    }
+
+    /// Takes back the connection of a claim that found nothing.
+    pub(crate) fn recycle<DB: Backend>(&self, conns: &Conns<DB>, hold: Hold<DB>) {
+        if let Hold::Conn(conn) = hold {
+            conns.put_held(conn);
+        }
     }
 
     /// Settles row `id` by `outcome`, where its form holds it. `tx` is a transactional lease
@@ -305,7 +327,7 @@ impl FormRuntime {
     /// transactions are on the connection they hold).
     pub(crate) async fn settle<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         id: i64,
         hold: Hold<DB>,
         outcome: Outcome,
@@ -313,13 +335,17 @@ impl FormRuntime {
     ) -> Result<()> {
         match (self, hold) {
             (FormRuntime::Lease(lease), Hold::Lease(token, _)) => {
-                lease.settle(pool, id, token, outcome, tx).await
+                lease.settle(conns, id, token, outcome, tx).await
             }
             (FormRuntime::RowLock(row_lock), Hold::Conn(mut conn)) => {
-                row_lock.settle(&mut conn, id, outcome).await
+                let settled = row_lock.settle(&mut conn, id, outcome).await;
+                conns.put_held(conn);
+                settled
             }
             (FormRuntime::Advisory(advisory), Hold::Conn(mut conn)) => {
-                advisory.settle(&mut conn, id, outcome).await
+                let settled = advisory.settle(&mut conn, id, outcome).await;
+                conns.put_held(conn);
+                settled
             }
             _ => unreachable!("each form claims its own hold"),
         }
@@ -330,17 +356,23 @@ impl FormRuntime {
     /// fails is closed, and the server releases what it held.
     pub(crate) async fn release<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         id: i64,
         hold: Hold<DB>,
     ) -> bool {
         let released = match (self, hold) {
             (FormRuntime::Lease(lease), Hold::Lease(token, _)) => {
-                lease.release(pool, id, token).await
+                lease.release(conns, id, token).await
             }
-            (FormRuntime::RowLock(_), Hold::Conn(mut conn)) => conn.rollback().await.map(|()| true),
+            (FormRuntime::RowLock(_), Hold::Conn(mut conn)) => {
+                let released = conn.rollback().await.map(|()| true);
+                conns.put_held(conn);
+                released
+            }
             (FormRuntime::Advisory(advisory), Hold::Conn(mut conn)) => {
-                advisory.unlock(&mut conn, id).await.map(|()| true)
+                let released = advisory.unlock(&mut conn, id).await.map(|()| true);
+                conns.put_held(conn);
+                released
             }
             _ => unreachable!("each form claims its own hold"),
         };

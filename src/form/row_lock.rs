@@ -3,9 +3,7 @@
 
 use std::sync::Arc;
 
-use sqlx::Pool;
-
-use super::held::HeldConn;
+use super::held::{Conns, HeldConn};
 use super::{Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Outcome, Settle};
@@ -29,9 +27,9 @@ impl RowLockForm {
     /// transaction holds the row until the delivery settles.
     pub(crate) async fn claim_one<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
     ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
-        let mut conn = HeldConn::new(pool.acquire().await?);
+        let mut conn = HeldConn::new(conns.get().await?);
         conn.begin(self.sql.begin).await?;
         let args = Args {
             now: Some(self.clock.now()),
@@ -47,6 +45,7 @@ impl RowLockForm {
             Some(row) => Ok(Some((row, conn))),
             None => {
                 conn.rollback().await?;
+                conns.put_held(conn);
                 Ok(None)
             }
         }
@@ -56,10 +55,10 @@ impl RowLockForm {
     /// settles all together.
     pub(crate) async fn claim_batch<DB: Backend>(
         &self,
-        pool: &Pool<DB>,
+        conns: &Conns<DB>,
         limit: usize,
     ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), sqlx::Error> {
-        let mut conn = HeldConn::new(pool.acquire().await?);
+        let mut conn = HeldConn::new(conns.get().await?);
         conn.begin(self.sql.begin).await?;
         let args = Args {
             now: Some(self.clock.now()),

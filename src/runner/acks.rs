@@ -44,7 +44,7 @@ pub(crate) async fn run<DB: Backend>(
         };
         let items: Vec<(i64, DateTime<Utc>)> =
             waiting.iter().map(|ack| (ack.id, ack.token)).collect();
-        match lease.finish_many(&q.pool, &items).await {
+        match lease.finish_many(&q.conns, &items).await {
             Ok(settled) => {
                 for (ack, settled) in waiting.drain(..).zip(settled) {
                     // A row that no longer carried its token is a lost lease, reported alone.
@@ -61,7 +61,7 @@ pub(crate) async fn run<DB: Backend>(
                 tracing::warn!(%error, rows = waiting.len(), "batched acknowledgement failed");
                 for ack in waiting.drain(..) {
                     let settled = lease
-                        .settle(&q.pool, ack.id, ack.token, ack.outcome, None)
+                        .settle(&q.conns, ack.id, ack.token, ack.outcome, None)
                         .await;
                     let _ = ack.reply.send(settled);
                 }

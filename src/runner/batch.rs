@@ -46,7 +46,7 @@ where
             }
         };
         // A batch never waits to be full: it takes what is claimable now.
-        let (rows, hold) = match q.form.claim_batch(&q.pool, size).await {
+        let (rows, hold) = match q.form.claim_batch(&q.conns, size).await {
             Ok(claimed) => claimed,
             Err(error) => {
                 drop(permit);
@@ -60,12 +60,14 @@ where
         Counters::add(&q.stats.claimed, got as u64);
         if q.stop.is_cancelled() {
             let held = lease_tokens(&rows, &hold);
-            let released = q.form.release_batch(&q.pool, &held, hold).await;
+            let released = q.form.release_batch(&q.conns, &held, hold).await;
             report.released += released;
             Counters::add(&q.stats.released, released);
             break;
         }
-        if got > 0 {
+        if got == 0 {
+            q.form.recycle(&q.conns, hold);
+        } else {
             let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
             q.stats.in_work.fetch_add(got as u64, Ordering::Relaxed);
             batches.spawn(async move {
@@ -153,7 +155,7 @@ where
                 unreachable!("extensions are due in the lease form only");
             };
             for (id, token) in &mut tokens {
-                match lease.extend(&q.pool, *id, *token).await {
+                match lease.extend(&q.conns, *id, *token).await {
                     Ok(Some(new)) => *token = new,
                     Ok(None) => tracing::warn!(id = *id, "lease lost while the batch was running"),
                     Err(error) => tracing::warn!(id = *id, %error, "lease extension failed"),
@@ -165,7 +167,7 @@ where
 
     let Some(result) = result else {
         q.cancelled.fetch_add(1, Ordering::Relaxed);
-        let released = q.form.release_batch(&q.pool, &tokens, hold).await;
+        let released = q.form.release_batch(&q.conns, &tokens, hold).await;
         q.cancelled_released.fetch_add(released, Ordering::Relaxed);
         Counters::add(&q.stats.released, released);
         tracing::warn!("batch cancelled at the shutdown timeout; its rows were released");
@@ -207,7 +209,7 @@ where
     let tokens: Vec<DateTime<Utc>> = tokens.into_iter().map(|(_, token)| token).collect();
     match q
         .form
-        .settle_batch(&q.pool, &settlements, &tokens, hold)
+        .settle_batch(&q.conns, &settlements, &tokens, hold)
         .await
     {
         Ok(results) => {

@@ -12,6 +12,7 @@ use super::deliver::deliver;
 use super::launch::CallHandler;
 use super::{Counters, QueueReport, QueueRuntime};
 use crate::backend::Backend;
+use crate::form::FormRuntime;
 use crate::queue::state::Mode;
 
 /// After a wake-up finds nothing (the enqueue's transaction had not committed yet), the queue
@@ -53,6 +54,7 @@ impl Pace {
         q: &QueueRuntime<DB>,
         error: &sqlx::Error,
     ) -> bool {
+        q.conns.clear();
         let wait = self.backoff;
         self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);
         tracing::warn!(queue = %q.label, %error, ?wait, "claim failed; retrying");
@@ -77,7 +79,9 @@ impl Pace {
                 RECHECKS[i]
             }
             _ => {
+                // Idle until the poll: the kept connections go back to the pool meanwhile.
                 self.recheck = None;
+                q.conns.clear();
                 q.poll_interval
             }
         };
@@ -99,6 +103,9 @@ where
     M: Mode,
     H: CallHandler<DB, M>,
 {
+    if !matches!(q.form, FormRuntime::Lease(_)) {
+        return run_workers::<DB, M, H>(q, handler).await;
+    }
     let workers = Arc::new(Semaphore::new(q.workers));
     let deliveries = TaskTracker::new();
     let mut pace = Pace::default();
@@ -121,7 +128,7 @@ where
 
         // A claim in flight is never cancelled: its rows would stay claimed until their lease
         // expired. It is awaited, and its rows released if the runner stopped meanwhile.
-        let claimed = match q.form.claim(&q.pool, want).await {
+        let claimed = match q.form.claim(&q.conns, want).await {
             Ok(claimed) => claimed,
             Err(error) => {
                 drop(permits);
@@ -136,7 +143,7 @@ where
 
         if q.stop.is_cancelled() {
             for (row, hold) in claimed {
-                if q.form.release(&q.pool, row.id, hold).await {
+                if q.form.release(&q.conns, row.id, hold).await {
                     report.released += 1;
                     Counters::add(&q.stats.released, 1);
                     q.note_unlock();
@@ -166,4 +173,70 @@ where
     report.released += q.cancelled_released.load(Ordering::Relaxed);
     report.keys_released = q.unlocked_after_stop.load(Ordering::Relaxed);
     report
+}
+
+/// The forms that hold a connection per delivery claim one row per worker: each worker is a
+/// loop of its own — claim, deliver, claim again — so a worker never waits for another's claim.
+/// A worker that finds a row wakes one idle sibling, so a backlog spreads across the workers at
+/// once; a worker that finds none waits for a wake-up, a recheck or the poll.
+async fn run_workers<DB, M, H>(q: Arc<QueueRuntime<DB>>, handler: Arc<H>) -> QueueReport
+where
+    DB: Backend,
+    M: Mode,
+    H: CallHandler<DB, M>,
+{
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..q.workers {
+        let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
+        workers.spawn(async move {
+            let mut pace = Pace::default();
+            let mut released = 0;
+            loop {
+                if q.stop.is_cancelled() {
+                    break;
+                }
+                // A claim in flight is awaited, and its row released if the runner stopped.
+                let (row, hold) = match q.form.claim_one(&q.conns).await {
+                    Ok(Some(claimed)) => claimed,
+                    Ok(None) => {
+                        if pace.claimed(&q, false).await {
+                            continue;
+                        }
+                        break;
+                    }
+                    Err(error) => {
+                        if pace.failed(&q, &error).await {
+                            continue;
+                        }
+                        break;
+                    }
+                };
+                Counters::add(&q.stats.claimed, 1);
+                if q.stop.is_cancelled() {
+                    if q.form.release(&q.conns, row.id, hold).await {
+                        released += 1;
+                        Counters::add(&q.stats.released, 1);
+                        q.note_unlock();
+                    }
+                    break;
+                }
+                q.wake.notify_one();
+                q.stats.in_work.fetch_add(1, Ordering::Relaxed);
+                deliver::<DB, M, H>(&q, &*handler, row, hold).await;
+                q.stats.in_work.fetch_sub(1, Ordering::Relaxed);
+                // Found one: look again at once.
+                pace.claimed(&q, true).await;
+            }
+            released
+        });
+    }
+    let mut released = 0;
+    while let Some(worker) = workers.join_next().await {
+        released += worker.unwrap_or(0);
+    }
+    QueueReport {
+        cancelled: q.cancelled.load(Ordering::Relaxed),
+        released: released + q.cancelled_released.load(Ordering::Relaxed),
+        keys_released: q.unlocked_after_stop.load(Ordering::Relaxed),
+    }
 }

@@ -18,7 +18,7 @@ use super::{Counters, QueueRuntime};
 use crate::backend::{Backend, ClaimedRow};
 use crate::delivery::{Delivery, Outcome, Settle, TxSlot};
 use crate::error::Error;
-use crate::form::held::HeldConn;
+use crate::form::held::{Conns, HeldConn};
 use crate::form::lease::LeaseForm;
 use crate::form::{FormRuntime, Hold};
 use crate::queue::state::Mode;
@@ -84,7 +84,7 @@ async fn run<DB, M, H>(
             Ok(slot) => Some(slot),
             Err(error) => {
                 tracing::warn!(%error, "could not open the delivery's transaction; row released");
-                q.form.release(&q.pool, id, hold).await;
+                q.form.release(&q.conns, id, hold).await;
                 return;
             }
         }
@@ -123,11 +123,11 @@ async fn run<DB, M, H>(
                 };
                 tracing::error!(%error, "nothing was committed; the row is released");
                 if let Some(conn) = conn {
-                    let _ = restore(&mut hold, conn, false).await;
+                    let _ = restore(&q.conns, &mut hold, conn, false).await;
                 }
                 // A connection still lent is closed when the escaped delivery drops it.
                 if !matches!(hold, Hold::Lent) {
-                    q.form.release(&q.pool, id, hold).await;
+                    q.form.release(&q.conns, id, hold).await;
                 }
                 return;
             }
@@ -138,10 +138,10 @@ async fn run<DB, M, H>(
         // Cancelled at the shutdown timeout: the row goes back unsettled, at once.
         q.cancelled.fetch_add(1, Ordering::Relaxed);
         if let Some(conn) = tx {
-            let _ = restore(&mut hold, conn, false).await;
+            let _ = restore(&q.conns, &mut hold, conn, false).await;
         }
         // A connection whose rollback failed was closed: the server released what it held.
-        let released = matches!(hold, Hold::Lent) || q.form.release(&q.pool, id, hold).await;
+        let released = matches!(hold, Hold::Lent) || q.form.release(&q.conns, id, hold).await;
         if released {
             q.cancelled_released.fetch_add(1, Ordering::Relaxed);
             Counters::add(&q.stats.released, 1);
@@ -182,14 +182,14 @@ async fn run<DB, M, H>(
     let mut lease_tx = None;
     if let Some(conn) = tx {
         let ack = outcome.0 == Settle::Ack;
-        match restore(&mut hold, conn, ack).await {
+        match restore(&q.conns, &mut hold, conn, ack).await {
             Ok(Some(conn)) => lease_tx = Some(conn),
             Ok(None) => {}
             Err(error) => {
                 Counters::add(&q.stats.failed, 1);
                 tracing::error!(%error, "could not end the handler's transaction; row released");
                 if !matches!(hold, Hold::Lent) {
-                    q.form.release(&q.pool, id, hold).await;
+                    q.form.release(&q.conns, id, hold).await;
                 }
                 return;
             }
@@ -207,7 +207,7 @@ async fn lend<DB: Backend>(
 ) -> Result<TxSlot<DB>, sqlx::Error> {
     let conn = match hold {
         Hold::Lease(..) => {
-            let mut conn = HeldConn::new(q.pool.acquire().await?);
+            let mut conn = HeldConn::new(q.conns.get().await?);
             conn.begin(q.tx_begin).await?;
             conn
         }
@@ -241,6 +241,7 @@ async fn take_back<DB: Backend>(slot: TxSlot<DB>) -> Result<HeldConn<DB>, Option
 /// back to `hold` where the form holds one; a lease delivery's transaction is returned for an
 /// ack's settlement.
 async fn restore<DB: Backend>(
+    conns: &Conns<DB>,
     hold: &mut Hold<DB>,
     mut conn: HeldConn<DB>,
     ack: bool,
@@ -255,8 +256,12 @@ async fn restore<DB: Backend>(
     if lent {
         *hold = Hold::Conn(conn);
         Ok(None)
+    } else if ack {
+        Ok(Some(conn))
     } else {
-        Ok(ack.then_some(conn))
+        // A lease delivery's own transaction, rolled back: its connection is clean again.
+        conns.put_held(conn);
+        Ok(None)
     }
 }
 
@@ -282,7 +287,7 @@ async fn settle<DB: Backend>(
     };
     let settled = match settled {
         Some(settled) => settled,
-        None => q.form.settle(&q.pool, id, hold, outcome, tx).await,
+        None => q.form.settle(&q.conns, id, hold, outcome, tx).await,
     };
     q.note_unlock();
     count_settled(q, outcome, settled);
@@ -343,7 +348,7 @@ async fn keep_lease<DB: Backend>(
             () = q.abort.cancelled() => return None,
             () = tokio::time::sleep_until(next_extension), if !lost => {}
         }
-        let extension = lease.extend(&q.pool, id, *token);
+        let extension = lease.extend(&q.conns, id, *token);
         tokio::pin!(extension);
         let mut finished = None;
         let extended = loop {

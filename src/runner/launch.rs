@@ -18,6 +18,7 @@ use super::{Counters, QueueReport, claim, wake};
 use crate::backend::Backend;
 use crate::delivery::{Delivery, IntoOutcome, Outcome};
 use crate::form::FormRuntime;
+use crate::form::held::Conns;
 use crate::queue::config::QueueConfig;
 use crate::queue::state::{BatchHandler, Handler, HasHandler, Mode, Plain};
 
@@ -33,7 +34,7 @@ pub trait Launch<DB: Backend>: Send + 'static {
 /// Everything a running queue's tasks share.
 #[derive(Debug)]
 pub struct QueueRuntime<DB: Backend> {
-    pub(crate) pool: Pool<DB>,
+    pub(crate) conns: Conns<DB>,
     pub(crate) label: Arc<str>,
     pub(crate) group: Option<Arc<str>>,
     pub(crate) workers: usize,
@@ -79,8 +80,12 @@ impl<DB: Backend> QueueRuntime<DB> {
         } else {
             (None, None)
         };
+        // Connections kept between uses: the claim's and the acknowledgements' in the lease
+        // form, every worker's where each delivery holds one.
+        let holds = config.transactional || !matches!(form, FormRuntime::Lease(_));
+        let keep = if holds { config.workers + 1 } else { 2 };
         QueueRuntime {
-            pool,
+            conns: Conns::new(pool, keep),
             label: config.label().into(),
             group: config.name.as_deref().map(Into::into),
             workers: config.workers,
