@@ -195,14 +195,23 @@ impl AdvisoryForm {
         Ok((rows, conn))
     }
 
-    /// Takes one row, on a connection that then holds its key (a worker's own claim).
+    /// Takes one row, on a connection that then holds its key: the claim of worker `index` of
+    /// `workers`. The workers list the same candidates (as many as there are workers, twice
+    /// over); each starts at its own place in the list, so they seldom race for one key.
     pub(crate) async fn claim_one<DB: Backend>(
         &self,
         conns: &Conns<DB>,
+        index: usize,
+        workers: usize,
     ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
         let now = self.clock.now();
         let mut conn = HeldConn::new(conns.get().await?);
-        let candidates = Mutex::new(self.candidates::<DB>(&mut conn, 1, now).await?);
+        let mut candidates = self.candidates::<DB>(&mut conn, workers, now).await?;
+        if !candidates.is_empty() {
+            let start = index % candidates.len();
+            candidates.rotate_left(start);
+        }
+        let candidates = Mutex::new(candidates);
         match self.take_on(&mut conn, &candidates, now).await? {
             Some(row) => Ok(Some((row, conn))),
             None => {

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
+use std::time::{Duration, Instant};
+
 use sqlx::Pool;
 use sqlx::SqlStr;
 use sqlx::pool::PoolConnection;
@@ -26,6 +28,8 @@ pub(crate) struct HeldConn<DB: Backend> {
     conn: Option<PoolConnection<DB>>,
     /// The keys this connection's deliveries hold (one, or a batch's).
     keys: Vec<Key>,
+    /// Lent to a handler: it goes back to the pool (and its `after_release`), never kept.
+    lent: bool,
 }
 
 /// A key a delivery holds.
@@ -74,6 +78,7 @@ impl<DB: Backend> HeldConn<DB> {
         HeldConn {
             conn: Some(conn),
             keys: Vec::new(),
+            lent: false,
         }
     }
 
@@ -128,9 +133,15 @@ impl<DB: Backend> DerefMut for HeldConn<DB> {
 }
 
 impl<DB: Backend> HeldConn<DB> {
-    /// The pooled connection, when it holds nothing any more (no transaction, no key).
+    /// Marks the connection lent to a handler (a transactional delivery's).
+    pub(crate) fn lend(&mut self) {
+        self.lent = true;
+    }
+
+    /// The pooled connection, when it holds nothing any more (no transaction, no key) and ran
+    /// nothing of a handler's.
     pub(crate) fn into_clean(mut self) -> Option<PoolConnection<DB>> {
-        if self.keys.is_empty() && self.depth() == 0 {
+        if self.keys.is_empty() && self.depth() == 0 && !self.lent {
             self.conn.take()
         } else {
             None
@@ -158,18 +169,23 @@ impl<DB: Backend> Drop for HeldConn<DB> {
 
 /// The pooled connections a queue keeps between statements. sqlx tests a connection with a
 /// round trip each time it goes back to the pool (and, by default, when it is acquired): kept
-/// here, a connection is reused at once. At most `keep` are kept, and never the pool's last
-/// connection (others — the application, other queues — may need it); one that failed is
-/// dropped, not kept. A task of this queue waiting on the pool takes a connection kept
-/// meanwhile, and an idle queue gives its kept connections back (`clear`).
+/// here, a connection is reused at once. At most `keep` are kept, and only while the pool has a
+/// connection to give others (the application, other queues) — one idle, or room for one more;
+/// none is kept longer than [`Conns::MAX_KEPT`] (the pool's tests then see it again), after a
+/// failure (`clear`: they may be as broken as the one that failed) or once the pool is closed.
+/// A task of this queue waiting on the pool takes a connection kept meanwhile, and an idle queue
+/// gives its kept connections back.
 pub(crate) struct Conns<DB: Backend> {
     pub(crate) pool: Pool<DB>,
-    spare: std::sync::Mutex<Vec<PoolConnection<DB>>>,
+    spare: std::sync::Mutex<Vec<(PoolConnection<DB>, Instant)>>,
     kept: tokio::sync::Notify,
     keep: usize,
 }
 
 impl<DB: Backend> Conns<DB> {
+    /// The longest a connection stays kept unused.
+    pub(crate) const MAX_KEPT: Duration = Duration::from_secs(5);
+
     pub(crate) fn new(pool: Pool<DB>, keep: usize) -> Self {
         let keep = keep.min((pool.options().get_max_connections() as usize).saturating_sub(1));
         Conns {
@@ -180,8 +196,22 @@ impl<DB: Backend> Conns<DB> {
         }
     }
 
+    fn spare(&self) -> std::sync::MutexGuard<'_, Vec<(PoolConnection<DB>, Instant)>> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The most recently kept connection, if one was kept recently enough.
     fn pop(&self) -> Option<PoolConnection<DB>> {
-        self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop()
+        let mut spare = self.spare();
+        let (conn, at) = spare.pop()?;
+        if at.elapsed() <= Self::MAX_KEPT && !self.pool.is_closed() {
+            return Some(conn);
+        }
+        // The others were kept earlier still.
+        let stale = std::mem::take(&mut *spare);
+        drop(spare);
+        drop((conn, stale));
+        None
     }
 
     /// A kept connection, or one of the pool's (or one kept while waiting for the pool's).
@@ -208,22 +238,33 @@ impl<DB: Backend> Conns<DB> {
         }
     }
 
-    /// Keeps `conn` for the next statement (or returns it to the pool when enough are kept).
+    /// Keeps `conn` for the next statement, or gives it back to the pool: when enough are kept,
+    /// when the pool has none left for others, or when it is closed.
     pub(crate) fn put(&self, conn: PoolConnection<DB>) {
-        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
-        if spare.len() < self.keep {
-            spare.push(conn);
+        let pool = &self.pool;
+        let others_served =
+            pool.num_idle() > 0 || pool.size() < pool.options().get_max_connections();
+        let mut spare = self.spare();
+        if spare.len() < self.keep && others_served && !pool.is_closed() {
+            spare.push((conn, Instant::now()));
             drop(spare);
             self.kept.notify_one();
         }
     }
 
-    /// Gives every kept connection back to the pool: after a failure (they may be as broken as
-    /// the one that failed, and the pool tests connections it hands out), and when the queue
-    /// goes idle.
+    /// Gives every kept connection back to the pool: after a failure, and when the queue goes
+    /// idle.
     pub(crate) fn clear(&self) {
-        let spare = std::mem::take(&mut *self.spare.lock().unwrap_or_else(|e| e.into_inner()));
+        let spare = std::mem::take(&mut *self.spare());
         drop(spare);
+    }
+
+    /// `result`, after giving the kept connections back when it failed.
+    pub(crate) fn checked<T>(&self, result: sqlx::Result<T>) -> sqlx::Result<T> {
+        if result.is_err() {
+            self.clear();
+        }
+        result
     }
 
     /// Keeps a delivery's connection once it holds nothing (else it is dropped as it is).

@@ -61,27 +61,30 @@ impl LeaseForm {
             limit: i64::try_from(limit.min(self.max_claim)).unwrap_or(i64::MAX),
             ..Args::default()
         };
-        let mut rows = match &self.sql.claim {
-            Claim::Returning(stmt) => {
-                DB::fetch_claimed(&mut *conn, query(stmt, &args), self.with_attempt).await?
-            }
-            Claim::SelectThenUpdate { select, updates } => {
-                let mut tx = conn.begin_with(mysql_begin()).await?;
-                let rows =
-                    DB::fetch_claimed(&mut *tx, query(select, &args), self.with_attempt).await?;
-                if !rows.is_empty() {
-                    let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-                    let args = Args { ids: &ids, ..args };
-                    DB::execute(
-                        &mut *tx,
-                        query(Claim::update_for(updates, ids.len()), &args),
-                    )
-                    .await?;
+        let claimed = async {
+            Ok(match &self.sql.claim {
+                Claim::Returning(stmt) => {
+                    DB::fetch_claimed(&mut *conn, query(stmt, &args), self.with_attempt).await?
                 }
-                tx.commit().await?;
-                rows
-            }
+                Claim::SelectThenUpdate { select, updates } => {
+                    let mut tx = conn.begin_with(mysql_begin()).await?;
+                    let rows = DB::fetch_claimed(&mut *tx, query(select, &args), self.with_attempt)
+                        .await?;
+                    if !rows.is_empty() {
+                        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+                        let args = Args { ids: &ids, ..args };
+                        DB::execute(
+                            &mut *tx,
+                            query(Claim::update_for(updates, ids.len()), &args),
+                        )
+                        .await?;
+                    }
+                    tx.commit().await?;
+                    rows
+                }
+            })
         };
+        let mut rows = conns.checked(claimed.await)?;
         conns.put(conn);
         rows.sort_unstable_by_key(|row| row.id);
         Ok(Claimed { rows, token, taken })
@@ -214,21 +217,25 @@ impl LeaseForm {
             ..Args::default()
         };
         let mut conn = conns.get().await?;
-        let settled = match &self.sql.finish_many {
-            FinishMany::Returning(statements) => {
-                DB::fetch_i64s(&mut conn, query(&statements[size(ids.len())], &args)).await?
-            }
-            FinishMany::LockThenFinish { held, finish } => {
-                let mut tx = conn.begin_with(mysql_begin()).await?;
-                let held = DB::fetch_i64s(&mut tx, query(&held[size(ids.len())], &args)).await?;
-                if !held.is_empty() {
-                    let args = Args { ids: &held, ..args };
-                    DB::execute(&mut tx, query(&finish[size(held.len())], &args)).await?;
+        let settled = async {
+            Ok(match &self.sql.finish_many {
+                FinishMany::Returning(statements) => {
+                    DB::fetch_i64s(&mut conn, query(&statements[size(ids.len())], &args)).await?
                 }
-                tx.commit().await?;
-                held
-            }
+                FinishMany::LockThenFinish { held, finish } => {
+                    let mut tx = conn.begin_with(mysql_begin()).await?;
+                    let held =
+                        DB::fetch_i64s(&mut tx, query(&held[size(ids.len())], &args)).await?;
+                    if !held.is_empty() {
+                        let args = Args { ids: &held, ..args };
+                        DB::execute(&mut tx, query(&finish[size(held.len())], &args)).await?;
+                    }
+                    tx.commit().await?;
+                    held
+                }
+            })
         };
+        let settled = conns.checked(settled.await)?;
         conns.put(conn);
         Ok(ids.iter().map(|id| settled.contains(id)).collect())
     }
@@ -264,7 +271,7 @@ impl LeaseForm {
         args: &Args<'_>,
     ) -> Result<u64, sqlx::Error> {
         let mut conn = conns.get().await?;
-        let changed = DB::execute(&mut *conn, query(stmt, args)).await?;
+        let changed = conns.checked(DB::execute(&mut *conn, query(stmt, args)).await)?;
         conns.put(conn);
         Ok(changed)
     }

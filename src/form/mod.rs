@@ -159,14 +159,17 @@ impl FormRuntime {
         }
     }
 
-    /// Claims one row for one worker, on a connection that then holds it (row lock, advisory).
+    /// Claims one row for worker `index` of `workers`, on a connection that then holds it (row
+    /// lock, advisory).
     pub(crate) async fn claim_one<DB: Backend>(
         &self,
         conns: &Conns<DB>,
+        index: usize,
+        workers: usize,
     ) -> Result<Option<(ClaimedRow, Hold<DB>)>, sqlx::Error> {
         let claimed = match self {
             FormRuntime::RowLock(row_lock) => row_lock.claim_one(conns).await?,
-            FormRuntime::Advisory(advisory) => advisory.claim_one(conns).await?,
+            FormRuntime::Advisory(advisory) => advisory.claim_one(conns, index, workers).await?,
             FormRuntime::Lease(_) => unreachable!("the lease form claims for every worker at once"),
         };
         Ok(claimed.map(|(row, conn)| (row, Hold::Conn(conn))))

@@ -76,7 +76,8 @@ where
                 drop(permit);
             });
         }
-        if !pace.claimed(&q, got == size).await {
+        let idle = got == 0 && workers.available_permits() + 1 == q.workers;
+        if !pace.claimed(&q, got == size, idle).await {
             break;
         }
     }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use std::sync::atomic::AtomicUsize;
+
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::deliver::deliver;
@@ -33,6 +35,9 @@ pub(crate) const MAX_CLAIM: usize = 1000;
 pub(super) struct Pace {
     backoff: Duration,
     recheck: Option<usize>,
+    /// A worker loop's siblings: one that found a row wakes one that waits (no rechecks follow:
+    /// the row it saw was committed).
+    siblings: Option<Arc<Notify>>,
 }
 
 impl Default for Pace {
@@ -40,6 +45,7 @@ impl Default for Pace {
         Pace {
             backoff: Pace::FIRST_BACKOFF,
             recheck: None,
+            siblings: None,
         }
     }
 }
@@ -66,8 +72,15 @@ impl Pace {
     }
 
     /// After a claim: goes on at once when it filled every worker it could (there may be more),
-    /// else waits for a wake-up, a recheck or the poll. `false` when the runner stops meanwhile.
-    pub(super) async fn claimed<DB: Backend>(&mut self, q: &QueueRuntime<DB>, full: bool) -> bool {
+    /// else waits for a wake-up, a recheck or the poll. `idle`: nothing of the queue is in work,
+    /// so a wait for the poll gives the kept connections back to the pool. `false` when the
+    /// runner stops meanwhile.
+    pub(super) async fn claimed<DB: Backend>(
+        &mut self,
+        q: &QueueRuntime<DB>,
+        full: bool,
+        idle: bool,
+    ) -> bool {
         self.backoff = Self::FIRST_BACKOFF;
         if full {
             self.recheck = None;
@@ -81,8 +94,16 @@ impl Pace {
             _ => {
                 // Idle until the poll: the kept connections go back to the pool meanwhile.
                 self.recheck = None;
-                q.conns.clear();
+                if idle {
+                    q.conns.clear();
+                }
                 q.poll_interval
+            }
+        };
+        let siblings = async {
+            match &self.siblings {
+                Some(siblings) => siblings.notified().await,
+                None => std::future::pending().await,
             }
         };
         tokio::select! {
@@ -90,6 +111,10 @@ impl Pace {
             () = q.stop.cancelled() => false,
             () = q.wake.notified() => {
                 self.recheck = Some(0);
+                true
+            }
+            () = siblings => {
+                self.recheck = None;
                 true
             }
             () = tokio::time::sleep(wait) => true,
@@ -162,7 +187,8 @@ where
             });
         }
         drop(permits);
-        if !pace.claimed(&q, got == want).await {
+        let idle = workers.available_permits() == q.workers;
+        if !pace.claimed(&q, got == want, idle).await {
             break;
         }
     }
@@ -185,21 +211,28 @@ where
     M: Mode,
     H: CallHandler<DB, M>,
 {
+    let siblings = Arc::new(Notify::new());
+    let busy = Arc::new(AtomicUsize::new(0));
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..q.workers {
+    for index in 0..q.workers {
         let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
+        let (siblings, busy) = (Arc::clone(&siblings), Arc::clone(&busy));
         workers.spawn(async move {
-            let mut pace = Pace::default();
+            let mut pace = Pace {
+                siblings: Some(Arc::clone(&siblings)),
+                ..Pace::default()
+            };
             let mut released = 0;
             loop {
                 if q.stop.is_cancelled() {
                     break;
                 }
                 // A claim in flight is awaited, and its row released if the runner stopped.
-                let (row, hold) = match q.form.claim_one(&q.conns).await {
+                let (row, hold) = match q.form.claim_one(&q.conns, index, q.workers).await {
                     Ok(Some(claimed)) => claimed,
                     Ok(None) => {
-                        if pace.claimed(&q, false).await {
+                        let idle = busy.load(Ordering::Relaxed) == 0;
+                        if pace.claimed(&q, false, idle).await {
                             continue;
                         }
                         break;
@@ -220,19 +253,26 @@ where
                     }
                     break;
                 }
-                q.wake.notify_one();
+                siblings.notify_one();
+                busy.fetch_add(1, Ordering::Relaxed);
                 q.stats.in_work.fetch_add(1, Ordering::Relaxed);
                 deliver::<DB, M, H>(&q, &*handler, row, hold).await;
                 q.stats.in_work.fetch_sub(1, Ordering::Relaxed);
+                busy.fetch_sub(1, Ordering::Relaxed);
                 // Found one: look again at once.
-                pace.claimed(&q, true).await;
+                pace.claimed(&q, true, false).await;
             }
             released
         });
     }
     let mut released = 0;
     while let Some(worker) = workers.join_next().await {
-        released += worker.unwrap_or(0);
+        match worker {
+            Ok(n) => released += n,
+            Err(error) => {
+                tracing::error!(queue = %q.label, %error, "a worker loop ended abnormally")
+            }
+        }
     }
     QueueReport {
         cancelled: q.cancelled.load(Ordering::Relaxed),

@@ -221,6 +221,8 @@ async fn lend<DB: Backend>(
         }
         Hold::Lent => unreachable!("lent once"),
     };
+    let mut conn = conn;
+    conn.lend();
     Ok(Arc::new(tokio::sync::Mutex::new(Some(conn))))
 }
 

@@ -294,3 +294,97 @@ async fn batched_acknowledgements_report_a_lost_lease_row_by_row() {
     assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 1, "the stolen row");
     ctx.drop_tables().await;
 }
+
+/// Two busy lease queues on a pool of two: the connections they keep between statements never
+/// leave the application without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_queues_leave_the_pool_a_connection_for_the_application() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let (a, b) = (ctx.table(Spec::lease()).await, ctx.table(Spec::lease()).await);
+    for t in [&a, &b] {
+        jobs(t).enqueue(&ctx.pool, Job::new("held")).await.unwrap();
+    }
+    let pool = ctx.pool(2).await;
+    let gate = Arc::new(Semaphore::new(0));
+    let (started, mut seen) = mpsc::unbounded_channel();
+    let queue = |t: &str| {
+        let (gate, started) = (Arc::clone(&gate), started.clone());
+        Queue::table(jobs(t))
+            .lease("locked_until")
+            .lease_duration(Duration::from_secs(60))
+            .handler(move |d: Delivery<Db>| {
+                let (gate, started) = (Arc::clone(&gate), started.clone());
+                async move {
+                    let _ = started.send(d.id());
+                    let _permit = gate.acquire().await.unwrap();
+                    Outcome::ack()
+                }
+            })
+    };
+    let running = Runner::new(pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue(&a))
+        .mount(queue(&b))
+        .start()
+        .await
+        .unwrap();
+    recv(&mut seen, "the first queue's delivery", 10).await;
+    recv(&mut seen, "the second queue's delivery", 10).await;
+    // Both queues have claimed and are in work: the application still gets a connection.
+    let conn = tokio::time::timeout(Duration::from_secs(5), pool.acquire())
+        .await
+        .expect("the application waited 5 s for a connection of a pool of 2 with 2 queues busy")
+        .unwrap();
+    drop(conn);
+    gate.add_permits(2);
+    ctx.wait_none(&a, "1 = 1", 10).await;
+    ctx.wait_none(&b, "1 = 1", 10).await;
+    running.shutdown().await.unwrap();
+    pool.close().await;
+    ctx.drop_tables().await;
+}
+
+/// A transactional delivery's connection, once a handler used it, goes back through the pool
+/// and its `after_release` hook (where an application resets session state), never kept by the
+/// queue for the next delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_a_handler_used_goes_back_through_the_pools_after_release() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let rows = 20;
+    let payloads: Vec<String> = (0..rows).map(|i| format!("job {i}")).collect();
+    let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
+    let released = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&released);
+    let options = sqlx::pool::PoolOptions::<Db>::new()
+        .max_connections(4)
+        .after_release(move |_, _| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async { Ok(true) })
+        });
+    let pool = ctx.pool_with(options).await;
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .transactional()
+        .handler(|mut d: Delivery<Db, sqlx_queue::Transactional>| async move {
+            sqlx::query("SELECT 1").execute(&mut *d.tx()).await.unwrap();
+            Outcome::ack()
+        });
+    let running = Runner::new(pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    ctx.wait_none(&t, "1 = 1", 20).await;
+    running.shutdown().await.unwrap();
+    let seen = released.load(Ordering::Relaxed);
+    assert!(
+        seen >= rows,
+        "after_release ran {seen} times for {rows} deliveries whose handlers used a connection"
+    );
+    pool.close().await;
+    ctx.drop_tables().await;
+}

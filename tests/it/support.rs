@@ -41,7 +41,27 @@ pub(crate) trait TestDb: Backend + Sized {
     /// The type of time columns.
     const TIME: &'static str;
 
-    fn connect(url: Option<&str>, max: u32) -> impl Future<Output = Pool<Self>> + Send;
+    /// How a test connects (SQLite: a file in WAL mode, with a busy timeout).
+    fn connect_options(url: Option<&str>) -> <Self::Connection as sqlx::Connection>::Options;
+
+    fn connect(url: Option<&str>, max: u32) -> impl Future<Output = Pool<Self>> + Send {
+        Self::connect_with(url, sqlx::pool::PoolOptions::new().max_connections(max))
+    }
+
+    /// A pool of `options` (a 20 s acquire timeout added).
+    fn connect_with(
+        url: Option<&str>,
+        options: sqlx::pool::PoolOptions<Self>,
+    ) -> impl Future<Output = Pool<Self>> + Send {
+        let connect = Self::connect_options(url);
+        async move {
+            options
+                .acquire_timeout(Duration::from_secs(20))
+                .connect_with(connect)
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", Self::LABEL))
+        }
+    }
     /// A trigger that makes every `DELETE` on `table` fail.
     fn failing_delete(table: &str) -> String;
     fn exec(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<()>> + Send;
@@ -109,19 +129,13 @@ impl TestDb for sqlx::Sqlite {
     const LABEL: &'static str = "sqlite";
     const TIME: &'static str = "TEXT";
 
-    async fn connect(url: Option<&str>, max: u32) -> Pool<Self> {
-        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-        let file = url.expect("a file");
-        let options = SqliteConnectOptions::new()
-            .filename(file)
+    fn connect_options(url: Option<&str>) -> sqlx::sqlite::SqliteConnectOptions {
+        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+        SqliteConnectOptions::new()
+            .filename(url.expect("a file"))
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(10));
-        SqlitePoolOptions::new()
-            .max_connections(max)
-            .connect_with(options)
-            .await
-            .expect("a SQLite file in the temporary directory")
+            .busy_timeout(Duration::from_secs(10))
     }
 
     test_db_common!();
@@ -151,13 +165,8 @@ impl TestDb for sqlx::Postgres {
     const LABEL: &'static str = "postgres";
     const TIME: &'static str = "TIMESTAMPTZ";
 
-    async fn connect(url: Option<&str>, max: u32) -> Pool<Self> {
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(Duration::from_secs(20))
-            .connect(url.expect("a URL"))
-            .await
-            .expect("PostgreSQL at SQLX_QUEUE_PG_URL")
+    fn connect_options(url: Option<&str>) -> sqlx::postgres::PgConnectOptions {
+        url.expect("a URL").parse().expect("SQLX_QUEUE_PG_URL")
     }
 
     test_db_common!();
@@ -189,13 +198,8 @@ impl TestDb for sqlx::MySql {
     const LABEL: &'static str = "mysql";
     const TIME: &'static str = "DATETIME(6)";
 
-    async fn connect(url: Option<&str>, max: u32) -> Pool<Self> {
-        sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(Duration::from_secs(20))
-            .connect(url.expect("a URL"))
-            .await
-            .expect("MySQL/MariaDB at SQLX_QUEUE_MYSQL_URL")
+    fn connect_options(url: Option<&str>) -> sqlx::mysql::MySqlConnectOptions {
+        url.expect("a URL").parse().expect("SQLX_QUEUE_MYSQL_URL")
     }
 
     test_db_common!();
@@ -305,6 +309,11 @@ impl<DB: TestDb> Ctx<DB> {
     /// Another pool on the same database (as another process would have), of `max` connections.
     pub(crate) async fn pool(&self, max: u32) -> Pool<DB> {
         DB::connect(self.url.as_deref(), max).await
+    }
+
+    /// Another pool on the same database, built from `options`.
+    pub(crate) async fn pool_with(&self, options: sqlx::pool::PoolOptions<DB>) -> Pool<DB> {
+        DB::connect_with(self.url.as_deref(), options).await
     }
 
     /// Creates a fresh table with `spec`'s columns and returns its name.
