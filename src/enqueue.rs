@@ -13,7 +13,7 @@ use crate::dialect::{self, Args, Dialect, EnqueueSql, Names, Value};
 use crate::error::{Error, Result};
 use crate::form::Clock;
 use crate::runner::wake;
-use crate::table::Table;
+use crate::table::{PayloadType, Table};
 
 /// Statements of a bulk enqueue take at most this many bound values (every database allows
 /// more than 30,000).
@@ -273,6 +273,15 @@ impl Table {
                 "a delayed job needs a retry_after column, and table `{}` has none",
                 self.name
             )),
+            _ if self.payload_type != PayloadType::Bytes
+                && std::str::from_utf8(&job.payload).is_err() =>
+            {
+                refuse(format!(
+                    "the payload column `{}` of table `{}` holds text ({:?}): the job's payload \
+                     is not UTF-8",
+                    self.payload, self.name, self.payload_type
+                ))
+            }
             _ => Ok(()),
         }
     }

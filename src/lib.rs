@@ -27,4 +27,4 @@ pub use queue::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, Queue, SqliteMode,
 pub use runner::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, Runner, Running, ShutdownReport, Stats,
 };
-pub use table::{DeadLetter, Table};
+pub use table::{DeadLetter, PayloadType, Table};

@@ -28,6 +28,7 @@ pub struct Table {
     pub(crate) name: String,
     pub(crate) id: String,
     pub(crate) payload: String,
+    pub(crate) payload_type: PayloadType,
     pub(crate) group: Option<String>,
     pub(crate) retry_after: Option<String>,
     pub(crate) processed_at: Option<String>,
@@ -42,6 +43,7 @@ impl Table {
             name: name.into(),
             id: "id".to_owned(),
             payload: "payload".to_owned(),
+            payload_type: PayloadType::Bytes,
             group: None,
             retry_after: None,
             processed_at: None,
@@ -56,9 +58,25 @@ impl Table {
         self
     }
 
-    /// The payload column (default `payload`): bytes (`BYTEA`, `BLOB`/`LONGBLOB`, `BLOB`).
+    /// The payload column (default `payload`): bytes (`BYTEA`, `BLOB`/`LONGBLOB`, `BLOB`), or
+    /// text or JSON with [`payload_type`](Table::payload_type).
     pub fn payload(mut self, column: impl Into<String>) -> Self {
         self.payload = column.into();
+        self
+    }
+
+    /// The payload column's type (default [`PayloadType::Bytes`]). A text or JSON payload is
+    /// still handed to handlers as bytes (its UTF-8 text: `d.payload()`, `d.json()`), and jobs
+    /// for it are bytes that must be UTF-8 (and, for JSON, valid JSON: the database checks).
+    ///
+    /// ```
+    /// use sqlx_queue::{PayloadType, Table};
+    /// // CREATE TABLE events (id BIGSERIAL PRIMARY KEY, body JSONB NOT NULL, ..)
+    /// let events = Table::new("events").payload("body").payload_type(PayloadType::Jsonb);
+    /// # let _ = events;
+    /// ```
+    pub fn payload_type(mut self, payload_type: PayloadType) -> Self {
+        self.payload_type = payload_type;
         self
     }
 
@@ -249,4 +267,30 @@ mod tests {
         assert!(table_parts(".jobs").is_err());
         assert!(table_parts("app.").is_err());
     }
+}
+
+/// The type of a table's payload column: what the statements convert to and from bytes.
+///
+/// | | PostgreSQL | MySQL/MariaDB | SQLite |
+/// |---|---|---|---|
+/// | `Bytes` | `BYTEA` | `BLOB`, `LONGBLOB`, `VARBINARY` | `BLOB` |
+/// | `Text` | `TEXT`, `VARCHAR` | `TEXT`, `VARCHAR` (utf8mb4) | `TEXT` |
+/// | `Json` | `JSON` | `JSON` (MariaDB: `LONGTEXT`) | `TEXT` or `JSON` |
+/// | `Jsonb` | `JSONB` | as `Json` | as `Json` |
+///
+/// Bytes round-trip byte for byte. Text round-trips its UTF-8 text. JSON is stored as the
+/// database keeps it: PostgreSQL's `JSONB` and MySQL's `JSON` normalise spacing and key order,
+/// so a handler reads the same value, not always the same bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum PayloadType {
+    /// A binary column (the default).
+    #[default]
+    Bytes,
+    /// A text column: payloads must be UTF-8.
+    Text,
+    /// A JSON column (PostgreSQL `JSON`): payloads must be UTF-8 JSON.
+    Json,
+    /// PostgreSQL's `JSONB` (elsewhere the same as `Json`).
+    Jsonb,
 }

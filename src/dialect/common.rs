@@ -377,7 +377,8 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
     {
         w.push(", ").push(column);
     }
-    w.push(") VALUES (").param(Slot::Payload);
+    w.push(") VALUES (");
+    n.payload_param(&mut w);
     if n.group.is_some() {
         w.push(", ").param(Slot::Group);
     }
@@ -442,8 +443,8 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
     }
     w.push(") VALUES ");
     for row in 0..rows {
-        w.push(if row == 0 { "(" } else { ", (" })
-            .param(Slot::Payload);
+        w.push(if row == 0 { "(" } else { ", (" });
+        n.payload_param(&mut w);
         if n.group.is_some() {
             w.push(", ").param(Slot::Group);
         }
@@ -463,7 +464,7 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Dialect, Names, lease as render_lease};
+    use super::super::{Claim, Dialect, Names, lease as render_lease};
     use super::FinishMany;
     use crate::{Queue, Table};
 
@@ -555,6 +556,37 @@ mod tests {
             "INSERT INTO `jobs` (`payload`) VALUES (?)"
         );
         assert!(!sql.returning);
+    }
+
+    #[test]
+    fn text_and_json_payloads_are_converted_from_and_to_bytes() {
+        use crate::PayloadType;
+        let jsonb = Table::new("jobs").payload_type(PayloadType::Jsonb);
+        let n = Names::of_table(Dialect::Postgres, &jsonb).unwrap();
+        assert_eq!(
+            super::super::enqueue(&n).insert.text(),
+            r#"INSERT INTO "jobs" ("payload") VALUES (convert_from($1, 'UTF8')::jsonb) RETURNING CAST("id" AS BIGINT)"#
+        );
+        let text = Table::new("jobs").payload_type(PayloadType::Text);
+        let n = Names::of_table(Dialect::MySql, &text).unwrap();
+        assert_eq!(
+            super::enqueue_many(&n, 2),
+            "INSERT INTO `jobs` (`payload`) VALUES (CONVERT(? USING utf8mb4)), \
+             (CONVERT(? USING utf8mb4))"
+        );
+        let q =
+            Queue::table(Table::new("jobs").payload_type(PayloadType::Json)).lease("locked_until");
+        let n = Names::of_queue(Dialect::Sqlite, &q.config_for_tests()).unwrap();
+        let Claim::Returning(claim) = super::super::sqlite::lease_claim(&n) else {
+            panic!("SQLite claims in one statement");
+        };
+        assert!(
+            claim
+                .text()
+                .ends_with("RETURNING `id`, CAST(`payload` AS BLOB)"),
+            "{}",
+            claim.text()
+        );
     }
 
     #[test]

@@ -52,7 +52,8 @@ fn update(w: &mut SqlWriter, n: &Names) {
 fn select_row(w: &mut SqlWriter, n: &Names) {
     w.push("SELECT ");
     as_i64(w, &n.id);
-    w.push(", ").push(&n.payload);
+    w.push(", ");
+    n.read_payload(w, "");
     if let Some(attempt) = &n.attempt {
         w.push(", ");
         as_i64(w, attempt);
@@ -144,7 +145,9 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             claimable(&mut w, n);
             w.push(" RETURNING ");
             as_i64(&mut w, &n.id);
-            w.push(", ").push(&n.payload).push(", ");
+            w.push(", ");
+            n.read_payload(&mut w, "");
+            w.push(", ");
             as_i64(&mut w, attempt);
             w.push(" - 1");
             None

@@ -18,7 +18,7 @@ use sqlx::{AssertSqlSafe, SqlStr};
 
 use crate::error::{Error, Result};
 use crate::queue::config::{Form, QueueConfig};
-use crate::table::{Table, table_parts, validate_ident};
+use crate::table::{PayloadType, Table, table_parts, validate_ident};
 
 pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_FINISH};
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
@@ -291,6 +291,7 @@ pub(crate) struct Names {
     pub(crate) table: String,
     pub(crate) id: String,
     pub(crate) payload: String,
+    pub(crate) payload_type: PayloadType,
     pub(crate) group: Option<String>,
     pub(crate) retry_after: Option<String>,
     pub(crate) processed_at: Option<String>,
@@ -315,6 +316,7 @@ impl Names {
             table: dialect.quote_table(&table.name)?,
             id: dialect.quote(&table.id)?,
             payload: dialect.quote(&table.payload)?,
+            payload_type: table.payload_type,
             group: opt(&table.group)?,
             retry_after: opt(&table.retry_after)?,
             processed_at: opt(&table.processed_at)?,
@@ -346,6 +348,30 @@ impl Names {
 
     pub(crate) fn writer(&self) -> SqlWriter {
         SqlWriter::new(self.dialect)
+    }
+
+    /// Reads the payload column (named with `prefix`, e.g. `q.`) as bytes.
+    pub(crate) fn read_payload(&self, w: &mut SqlWriter, prefix: &str) {
+        let (before, after) = match (self.payload_type, self.dialect) {
+            (PayloadType::Bytes, _) => ("", ""),
+            (_, Dialect::Postgres) => ("convert_to(", "::text, 'UTF8')"),
+            (_, Dialect::MySql) => ("CAST(", " AS BINARY)"),
+            (_, Dialect::Sqlite) => ("CAST(", " AS BLOB)"),
+        };
+        w.push(before).push(prefix).push(&self.payload).push(after);
+    }
+
+    /// The payload's parameter, converted from bytes to the column's type.
+    pub(crate) fn payload_param(&self, w: &mut SqlWriter) {
+        let (before, after) = match (self.payload_type, self.dialect) {
+            (PayloadType::Bytes, _) => ("", ""),
+            (PayloadType::Text, Dialect::Postgres) => ("convert_from(", ", 'UTF8')"),
+            (PayloadType::Json, Dialect::Postgres) => ("convert_from(", ", 'UTF8')::json"),
+            (PayloadType::Jsonb, Dialect::Postgres) => ("convert_from(", ", 'UTF8')::jsonb"),
+            (_, Dialect::MySql) => ("CONVERT(", " USING utf8mb4)"),
+            (_, Dialect::Sqlite) => ("CAST(", " AS TEXT)"),
+        };
+        w.push(before).param(Slot::Payload).push(after);
     }
 }
 

@@ -19,10 +19,8 @@ pub(crate) const BEGIN_READ_COMMITTED: &str =
 /// `max_claim`; a shorter list is padded by repeating an id.
 pub(super) fn lease_claim(n: &Names, max_claim: usize) -> Claim {
     let mut w = n.writer();
-    w.push("SELECT CAST(")
-        .push(&n.id)
-        .push(" AS SIGNED), ")
-        .push(&n.payload);
+    w.push("SELECT CAST(").push(&n.id).push(" AS SIGNED), ");
+    n.read_payload(&mut w, "");
     if let Some(attempt) = &n.attempt {
         w.push(", CAST(").push(attempt).push(" AS SIGNED)");
     }

@@ -32,8 +32,8 @@ pub(super) fn lease_claim(n: &Names) -> Claim {
         .push(&n.id)
         .push(" RETURNING CAST(q.")
         .push(&n.id)
-        .push(" AS BIGINT), q.")
-        .push(&n.payload);
+        .push(" AS BIGINT), ");
+    n.read_payload(&mut w, "q.");
     if let Some(attempt) = &n.attempt {
         w.push(", CAST(q.").push(attempt).push(" AS BIGINT) - 1");
     }

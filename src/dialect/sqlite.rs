@@ -27,8 +27,8 @@ pub(super) fn lease_claim(n: &Names) -> Claim {
         .param(Slot::Limit)
         .push(") RETURNING ")
         .push(&n.id)
-        .push(", ")
-        .push(&n.payload);
+        .push(", ");
+    n.read_payload(&mut w, "");
     if let Some(attempt) = &n.attempt {
         w.push(", ").push(attempt).push(" - 1");
     }

@@ -15,7 +15,7 @@ use crate::form::row_lock::RowLockForm;
 use crate::form::{Clock, Custom, Dead, FormRuntime};
 use crate::queue::Isolation;
 use crate::queue::config::{Form, QueueConfig};
-use crate::table::{DeadLetter, table_parts};
+use crate::table::{DeadLetter, PayloadType, table_parts};
 
 /// Reads the server's version (refusing servers without `SKIP LOCKED`) and corrects `clock` by
 /// the server's. Returns whether the server has a clock of its own (SQLite shares this host's).
@@ -373,10 +373,21 @@ enum Kind {
     Integer,
     Bytes,
     Text,
+    Json,
+    Jsonb,
     Time,
 }
 
 impl Kind {
+    fn payload(payload_type: PayloadType) -> Kind {
+        match payload_type {
+            PayloadType::Text => Kind::Text,
+            PayloadType::Json => Kind::Json,
+            PayloadType::Jsonb => Kind::Jsonb,
+            _ => Kind::Bytes,
+        }
+    }
+
     fn accepts(self, dialect: Dialect, ty: &str) -> bool {
         let ty = ty.to_ascii_lowercase();
         let ty = ty.as_str();
@@ -400,6 +411,16 @@ impl Kind {
             (Kind::Text, Dialect::Sqlite) => {
                 ty.is_empty() || ["char", "clob", "text"].iter().any(|t| ty.contains(t))
             }
+            (Kind::Json, Dialect::Postgres) => ty == "json",
+            (Kind::Jsonb, Dialect::Postgres) => ty == "jsonb",
+            // MariaDB's JSON is an alias of LONGTEXT (with a JSON_VALID check).
+            (Kind::Json | Kind::Jsonb, Dialect::MySql) => ty == "json" || ty.contains("text"),
+            (Kind::Json | Kind::Jsonb, Dialect::Sqlite) => {
+                ty.is_empty()
+                    || ["char", "clob", "text", "json"]
+                        .iter()
+                        .any(|t| ty.contains(t))
+            }
             // Lease tokens are compared to the microsecond: a coarser column would round them.
             (Kind::Time, Dialect::Postgres) => {
                 matches!(
@@ -422,10 +443,19 @@ impl Kind {
     fn expected(self, dialect: Dialect) -> &'static str {
         match (self, dialect) {
             (Kind::Integer, _) => "an integer type",
-            (Kind::Bytes, Dialect::Postgres) => "BYTEA",
-            (Kind::Bytes, Dialect::MySql) => "a BLOB or VARBINARY type",
-            (Kind::Bytes, Dialect::Sqlite) => "BLOB",
+            (Kind::Bytes, Dialect::Postgres) => {
+                "BYTEA (a text or JSON payload: declare `Table::payload_type`)"
+            }
+            (Kind::Bytes, Dialect::MySql) => {
+                "a BLOB or VARBINARY type (a text or JSON payload: declare `Table::payload_type`)"
+            }
+            (Kind::Bytes, Dialect::Sqlite) => {
+                "BLOB (a text or JSON payload: declare `Table::payload_type`)"
+            }
             (Kind::Text, _) => "a text type",
+            (Kind::Json, Dialect::Postgres) => "JSON (`PayloadType::Jsonb` for JSONB)",
+            (Kind::Jsonb, Dialect::Postgres) => "JSONB (`PayloadType::Json` for JSON)",
+            (Kind::Json | Kind::Jsonb, _) => "JSON or a text type",
             (Kind::Time, Dialect::Postgres) => "TIMESTAMPTZ (microseconds)",
             (Kind::Time, Dialect::MySql) => "DATETIME(6)",
             (Kind::Time, Dialect::Sqlite) => "TEXT (RFC 3339, as sqlx writes chrono times)",
@@ -468,7 +498,11 @@ async fn check_columns<DB: Backend>(
 
     let mut roles = vec![
         ("id", table.id.as_str(), Kind::Integer),
-        ("payload", table.payload.as_str(), Kind::Bytes),
+        (
+            "payload",
+            table.payload.as_str(),
+            Kind::payload(table.payload_type),
+        ),
     ];
     let optional = [
         ("group", table.group.as_deref(), Kind::Text),
