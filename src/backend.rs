@@ -102,6 +102,12 @@ pub(crate) mod private {
             query: Q<Self>,
         ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send;
 
+        /// Runs a query returning at most one row, as it is (a row mode handler's row).
+        fn fetch_row(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send;
+
         /// Runs a query returning at most one row, and reads its first column as text.
         fn fetch_text(
             conn: &mut Self::Connection,
@@ -232,6 +238,13 @@ macro_rules! driver_common {
                 Some(row) => row.try_get(0),
                 None => Ok(None),
             }
+        }
+
+        async fn fetch_row(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> Result<Option<Self::Row>, sqlx::Error> {
+            query.fetch_optional(conn).await
         }
 
         async fn fetch_text(

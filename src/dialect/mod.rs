@@ -386,6 +386,18 @@ pub(crate) fn lease(names: &Names, max_claim: usize) -> LeaseSql {
 }
 
 /// Renders the enqueue statement for `names`.
+/// A row whole, by id: what a row mode handler decodes.
+pub(crate) fn row_by_id(n: &Names) -> Stmt {
+    let mut w = n.writer();
+    w.push("SELECT * FROM ")
+        .push(&n.table)
+        .push(" WHERE ")
+        .push(&n.id)
+        .push(" = ")
+        .param(Slot::Id);
+    w.finish()
+}
+
 pub(crate) fn enqueue(names: &Names) -> EnqueueSql {
     common::enqueue(names, names.dialect != Dialect::MySql)
 }

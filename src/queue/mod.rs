@@ -423,6 +423,62 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self.with(|f| f, |a| a, |c| c, |b| b, |_| handler)
     }
 
+    /// A handler in row mode: the runner reads the claimed row whole (`SELECT *` by id, one more
+    /// round trip per delivery, where the form holds the row) and decodes it into the service's
+    /// own [`sqlx::FromRow`] type `T` (`#[derive(sqlx::FromRow)]` with sqlx's `derive` feature,
+    /// or by hand); the handler gets the value and its delivery. A row that does not decode is
+    /// settled as an undecodable JSON payload is: logged as an error and moved to the queue's
+    /// dead letter, or dropped when the queue has none (its delivery counted its attempt).
+    ///
+    /// ```no_run
+    /// # async fn run(pool: sqlx::SqlitePool) -> sqlx_queue::Result<()> {
+    /// use sqlx::Row as _;
+    /// use sqlx::sqlite::SqliteRow;
+    /// use sqlx_queue::{Delivery, Outcome, Queue, Runner, Table};
+    ///
+    /// struct Email {
+    ///     id: i64,
+    ///     recipient: String, // a column of the service's own
+    /// }
+    ///
+    /// impl sqlx::FromRow<'_, SqliteRow> for Email {
+    ///     fn from_row(row: &SqliteRow) -> sqlx::Result<Self> {
+    ///         Ok(Email { id: row.try_get("id")?, recipient: row.try_get("recipient")? })
+    ///     }
+    /// }
+    ///
+    /// let queue = Queue::table(Table::new("emails"))
+    ///     .lease("locked_until")
+    ///     .row_handler(|email: Email, _: Delivery<sqlx::Sqlite>| async move {
+    ///         println!("row {} to {}", email.id, email.recipient);
+    ///         Outcome::ack()
+    ///     });
+    /// let running = Runner::new(pool).mount(queue).start().await?;
+    /// # running.shutdown().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn row_handler<DB, T, Fun, Fut>(
+        self,
+        f: Fun,
+    ) -> Queue<F, A, C, M, B, RowHandler<DB, T, Fun>>
+    where
+        DB: Backend,
+        M: Mode,
+        B: SingleDeliveries,
+        H: NoHandlerYet,
+        T: for<'r> sqlx::FromRow<'r, DB::Row> + Send + 'static,
+        Fun: Fn(T, Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+        Fut: Future + Send + 'static,
+        Fut::Output: IntoOutcome,
+    {
+        let handler = RowHandler {
+            f,
+            types: PhantomData,
+        };
+        self.with(|f| f, |a| a, |c| c, |b| b, |_| handler)
+    }
+
     /// The batch handler: takes the rows of one claim together and returns one outcome per row,
     /// in the same order.
     pub fn batch_handler<DB, Fun, Fut>(self, f: Fun) -> Queue<F, A, C, M, B, BatchHandler<DB, Fun>>

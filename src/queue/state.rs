@@ -363,6 +363,21 @@ impl<DB, T, H> std::fmt::Debug for JsonHandler<DB, T, H> {
 #[cfg(feature = "json")]
 impl<DB, T, H> Sealed for JsonHandler<DB, T, H> {}
 
+/// A handler of single deliveries that receives the whole row as the service's own
+/// [`sqlx::FromRow`] type `T` (row mode).
+pub struct RowHandler<DB, T, H> {
+    pub(crate) f: H,
+    pub(crate) types: PhantomData<fn() -> (DB, T)>,
+}
+
+impl<DB, T, H> std::fmt::Debug for RowHandler<DB, T, H> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RowHandler")
+    }
+}
+
+impl<DB, T, H> Sealed for RowHandler<DB, T, H> {}
+
 impl<DB, H> std::fmt::Debug for Handler<DB, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Handler")

@@ -15,8 +15,9 @@ use tracing::Instrument as _;
 
 use super::launch::CallHandler;
 use super::{Counters, QueueRuntime};
-use crate::backend::{Backend, ClaimedRow};
+use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Delivery, Outcome, Settle, TxSlot};
+use crate::dialect::Args;
 use crate::error::Error;
 use crate::form::held::{Conns, HeldConn};
 use crate::form::lease::LeaseForm;
@@ -78,6 +79,24 @@ async fn run<DB, M, H>(
         settle(q, id, hold, Outcome::dead_letter(), None).await;
         return;
     }
+    // A row mode handler gets the row whole, read where the form holds it.
+    let whole = if H::ROW {
+        match read_row(q, &mut hold, id).await {
+            Ok(Some(whole)) => Some(whole),
+            Ok(None) => {
+                tracing::warn!("the claimed row is gone (deleted by another hand); skipped");
+                q.form.release(&q.conns, id, hold).await;
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not read the row for its handler; row released");
+                q.form.release(&q.conns, id, hold).await;
+                return;
+            }
+        }
+    } else {
+        None
+    };
     // A transactional delivery gets a transaction (see `lend`).
     let slot = if M::TRANSACTIONAL {
         match lend(q, &mut hold).await {
@@ -96,7 +115,8 @@ async fn run<DB, M, H>(
     // The handler's future lives in this block only: when it ends, what it held is dropped.
     let result = {
         // The call itself runs inside the guard too: a handler may panic before its first await.
-        let handled = AssertUnwindSafe(async move { handler.call(delivery).await }).catch_unwind();
+        let handled =
+            AssertUnwindSafe(async move { handler.call(delivery, whole).await }).catch_unwind();
         tokio::pin!(handled);
         match (&q.form, &mut hold) {
             (FormRuntime::Lease(lease), Hold::Lease(token, taken)) => {
@@ -196,6 +216,30 @@ async fn run<DB, M, H>(
         }
     }
     settle(q, id, hold, outcome, lease_tx).await;
+}
+
+/// Reads row `id` whole (row mode): on the connection that holds it, or one of the queue's.
+async fn read_row<DB: Backend>(
+    q: &QueueRuntime<DB>,
+    hold: &mut Hold<DB>,
+    id: i64,
+) -> Result<Option<DB::Row>, sqlx::Error> {
+    let stmt = q.row_sql.as_ref().expect("rendered for every queue");
+    let args = Args {
+        id,
+        ..Args::default()
+    };
+    match hold {
+        Hold::Conn(conn) => DB::fetch_row(conn, query(stmt, &args)).await,
+        _ => {
+            let mut conn = q.conns.get().await?;
+            let row = q
+                .conns
+                .checked(DB::fetch_row(&mut conn, query(stmt, &args)).await)?;
+            q.conns.put(conn);
+            Ok(row)
+        }
+    }
 }
 
 /// Lends a transactional delivery its transaction: row lock — a savepoint in the claim's

@@ -39,6 +39,8 @@ pub struct QueueRuntime<DB: Backend> {
     pub(crate) group: Option<Arc<str>>,
     pub(crate) workers: usize,
     pub(crate) max_attempts: Option<u32>,
+    /// `SELECT *` of a row by id, for row mode handlers.
+    pub(crate) row_sql: Option<crate::dialect::Stmt>,
     /// What begins a transactional delivery's transaction (lease and advisory forms).
     pub(crate) tx_begin: Option<&'static str>,
     /// A transactional SQLite queue: its handlers' transactions hold the write lock, so a lease
@@ -90,6 +92,9 @@ impl<DB: Backend> QueueRuntime<DB> {
             group: config.name.as_deref().map(Into::into),
             workers: config.workers,
             max_attempts: config.max_attempts,
+            row_sql: crate::dialect::Names::of_queue(DB::DIALECT, config)
+                .ok()
+                .map(|names| crate::dialect::row_by_id(&names)),
             tx_begin: DB::DIALECT.begin_delivery(config.isolation, config.sqlite_mode),
             abandon_extension: config.transactional
                 && DB::DIALECT == crate::dialect::Dialect::Sqlite,
@@ -131,7 +136,14 @@ impl<DB: Backend> QueueRuntime<DB> {
 
 /// Calls a handler of single deliveries.
 pub(crate) trait CallHandler<DB: Backend, M: Mode>: Send + Sync + 'static {
-    fn call(&self, delivery: Delivery<DB, M>) -> impl Future<Output = Outcome> + Send + 'static;
+    /// Whether the handler takes the whole row (row mode): the runner reads it and passes it.
+    const ROW: bool = false;
+
+    fn call(
+        &self,
+        delivery: Delivery<DB, M>,
+        row: Option<DB::Row>,
+    ) -> impl Future<Output = Outcome> + Send + 'static;
 }
 
 impl<DB, M, F, Fut> CallHandler<DB, M> for Handler<DB, F>
@@ -142,7 +154,11 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: IntoOutcome,
 {
-    fn call(&self, delivery: Delivery<DB, M>) -> impl Future<Output = Outcome> + Send + 'static {
+    fn call(
+        &self,
+        delivery: Delivery<DB, M>,
+        _: Option<DB::Row>,
+    ) -> impl Future<Output = Outcome> + Send + 'static {
         let future = (self.f)(delivery);
         async move { future.await.into_outcome() }
     }
@@ -158,7 +174,11 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: IntoOutcome,
 {
-    fn call(&self, delivery: Delivery<DB, M>) -> impl Future<Output = Outcome> + Send + 'static {
+    fn call(
+        &self,
+        delivery: Delivery<DB, M>,
+        _: Option<DB::Row>,
+    ) -> impl Future<Output = Outcome> + Send + 'static {
         let decoded = serde_json::from_slice::<T>(delivery.payload());
         let future = match decoded {
             Ok(value) => Ok((self.f)(value, delivery)),
@@ -182,6 +202,60 @@ where
     DB: Backend,
     M: Mode,
     T: serde::de::DeserializeOwned + Send + 'static,
+    F: Fn(T, Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    fn into_launch(self, config: QueueConfig) -> Box<dyn Launch<DB>> {
+        Box::new(Mounted {
+            config,
+            handler: self,
+            types: PhantomData::<fn() -> (DB, M)>,
+        })
+    }
+}
+
+impl<DB, M, T, F, Fut> CallHandler<DB, M> for crate::queue::state::RowHandler<DB, T, F>
+where
+    DB: Backend,
+    M: Mode,
+    T: for<'r> sqlx::FromRow<'r, DB::Row> + Send + 'static,
+    F: Fn(T, Delivery<DB, M>) -> Fut + Send + Sync + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    const ROW: bool = true;
+
+    fn call(
+        &self,
+        delivery: Delivery<DB, M>,
+        row: Option<DB::Row>,
+    ) -> impl Future<Output = Outcome> + Send + 'static {
+        let decoded = match &row {
+            Some(row) => T::from_row(row),
+            None => Err(sqlx::Error::RowNotFound),
+        };
+        let future = match decoded {
+            Ok(value) => Ok((self.f)(value, delivery)),
+            Err(error) => {
+                tracing::error!(%error, "the row is not the handler's FromRow type");
+                Err(())
+            }
+        };
+        async move {
+            match future {
+                Ok(future) => future.await.into_outcome(),
+                Err(()) => Outcome(crate::delivery::Settle::Undecodable),
+            }
+        }
+    }
+}
+
+impl<DB, M, T, F, Fut> HasHandler<DB, M> for crate::queue::state::RowHandler<DB, T, F>
+where
+    DB: Backend,
+    M: Mode,
+    T: for<'r> sqlx::FromRow<'r, DB::Row> + Send + 'static,
     F: Fn(T, Delivery<DB, M>) -> Fut + Send + Sync + 'static,
     Fut: Future + Send + 'static,
     Fut::Output: IntoOutcome,

@@ -28,6 +28,23 @@ macro_rules! held_form_tests {
                 Table::new(t).retry_after("retry_after")
             }
 
+            /// Row mode: the row is read whole on the connection that holds it.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_row_handler_gets_its_row_whole() {
+                use super::rows::{emails, handled, send_rows};
+                let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+                let (t, want) = emails(&mut ctx).await;
+                let (tx, mut seen) = mpsc::unbounded_channel();
+                let queue = Queue::table(jobs(&t))
+                    .$form()
+                    .attempt("attempt")
+                    .workers(2)
+                    .row_handler(send_rows(tx));
+                let got = handled(&ctx, &t, want.len(), |r| r.mount(queue), &mut seen).await;
+                assert_eq!(got, want, "each row whole, with the service's own column");
+                ctx.drop_tables().await;
+            }
+
             /// Starts a runner of `workers` on `pool` whose handler reports `(id, attempt)` and
             /// settles with `outcome(attempt)`.
             async fn start(

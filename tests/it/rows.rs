@@ -1,0 +1,131 @@
+// Row mode (`Queue::row_handler`): the handler gets the claimed row whole, as the service's own
+// `FromRow` type, on the connection that holds it; a row that does not decode is never handled.
+
+use std::time::Duration;
+
+use sqlx::Row as _;
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use tokio::sync::mpsc;
+
+type DbRow = <Db as sqlx::Database>::Row;
+
+/// The service's own row type: the queue's columns and one of its own.
+#[derive(Debug, PartialEq)]
+pub(crate) struct Email {
+    id: i64,
+    payload: Vec<u8>,
+    recipient: String,
+}
+
+impl sqlx::FromRow<'_, DbRow> for Email {
+    fn from_row(row: &DbRow) -> sqlx::Result<Self> {
+        Ok(Email {
+            id: row.try_get("id")?,
+            payload: row.try_get("payload")?,
+            recipient: row.try_get("recipient")?,
+        })
+    }
+}
+
+/// A type the rows do not fit: it reads a column the table does not have.
+#[derive(Debug)]
+struct Missing;
+
+impl sqlx::FromRow<'_, DbRow> for Missing {
+    fn from_row(row: &DbRow) -> sqlx::Result<Self> {
+        row.try_get::<String, _>("no_such_column").map(|_| Missing)
+    }
+}
+
+fn jobs(table: &str) -> Table {
+    Table::new(table).retry_after("retry_after")
+}
+
+/// A queue table with a `recipient` column of the service's own, and three rows in it.
+pub(crate) async fn emails(ctx: &mut Ctx<Db>) -> (String, Vec<Email>) {
+    let t = ctx.table(Spec::lease()).await;
+    ctx.exec(&format!("ALTER TABLE {t} ADD COLUMN recipient VARCHAR(100)")).await;
+    let mut want = Vec::new();
+    for i in 0..3 {
+        let payload = format!("welcome {i}");
+        let id = jobs(&t).enqueue(&ctx.pool, Job::new(&payload)).await.unwrap();
+        let recipient = format!("user{i}@example.com");
+        ctx.exec(&format!("UPDATE {t} SET recipient = '{recipient}' WHERE id = {id}")).await;
+        want.push(Email { id, payload: payload.into_bytes(), recipient });
+    }
+    (t, want)
+}
+
+/// Runs the runner `mount` makes until `t` is empty, and returns the rows its handler sent, in
+/// id order.
+pub(crate) async fn handled(
+    ctx: &Ctx<Db>,
+    t: &str,
+    rows: usize,
+    mount: impl FnOnce(Runner<Db>) -> Runner<Db>,
+    seen: &mut mpsc::UnboundedReceiver<Email>,
+) -> Vec<Email> {
+    let runner = Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(50));
+    let running = mount(runner).start().await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..rows {
+        got.push(recv(seen, "a row mode delivery", 10).await);
+    }
+    ctx.wait_none(t, "1 = 1", 10).await;
+    running.shutdown().await.unwrap();
+    got.sort_by_key(|email| email.id);
+    got
+}
+
+/// The row handler of these tests: it checks the row is its delivery's and sends it.
+pub(crate) fn send_rows(
+    tx: mpsc::UnboundedSender<Email>,
+) -> impl Fn(Email, Delivery<Db>) -> std::future::Ready<Outcome> + Send + Sync + 'static {
+    move |email: Email, d: Delivery<Db>| {
+        assert_eq!(email.id, d.id(), "the row of its own delivery");
+        let _ = tx.send(email);
+        std::future::ready(Outcome::ack())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_row_handler_gets_its_row_whole() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let (t, want) = emails(&mut ctx).await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .attempt("attempt")
+        .workers(2)
+        .row_handler(send_rows(tx));
+    let got = handled(&ctx, &t, want.len(), |r| r.mount(queue), &mut seen).await;
+    assert_eq!(got, want, "each row whole, with the service's own column");
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_that_does_not_decode_is_dropped_unhandled() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let (t, want) = emails(&mut ctx).await;
+    let (tx, mut seen) = mpsc::unbounded_channel::<()>();
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .attempt("attempt")
+        .row_handler(move |_: Missing, _: Delivery<Db>| {
+            let _ = tx.send(());
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    // Without a dead letter, an undecodable row is dropped (logged as an error).
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    let stats = running.stats();
+    running.shutdown().await.unwrap();
+    assert!(seen.try_recv().is_err(), "the handler never ran");
+    assert_eq!(stats.dropped, want.len() as u64, "{stats:?}");
+    ctx.drop_tables().await;
+}
