@@ -102,7 +102,8 @@ pub(crate) mod private {
             query: Q<Self>,
         ) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send;
 
-        /// Runs a query returning at most one row, as it is (a row mode handler's row).
+        /// Runs a query returning at most one row, as it is (a row mode handler's row), without
+        /// keeping it prepared.
         fn fetch_row(
             conn: &mut Self::Connection,
             query: Q<Self>,
@@ -244,7 +245,9 @@ macro_rules! driver_common {
             conn: &mut Self::Connection,
             query: Q<Self>,
         ) -> Result<Option<Self::Row>, sqlx::Error> {
-            query.fetch_optional(conn).await
+            // Not kept prepared: `SELECT *` changes with the table (PostgreSQL refuses a cached
+            // plan whose result type changed).
+            query.persistent(false).fetch_optional(conn).await
         }
 
         async fn fetch_text(

@@ -274,11 +274,11 @@ impl Table {
                 self.name
             )),
             _ if self.payload_type != PayloadType::Bytes
-                && std::str::from_utf8(&job.payload).is_err() =>
+                && (std::str::from_utf8(&job.payload).is_err() || job.payload.contains(&0)) =>
             {
                 refuse(format!(
                     "the payload column `{}` of table `{}` holds text ({:?}): the job's payload \
-                     is not UTF-8",
+                     is not UTF-8 text without NUL bytes",
                     self.payload, self.name, self.payload_type
                 ))
             }

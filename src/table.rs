@@ -67,7 +67,10 @@ impl Table {
 
     /// The payload column's type (default [`PayloadType::Bytes`]). A text or JSON payload is
     /// still handed to handlers as bytes (its UTF-8 text: `d.payload()`, `d.json()`), and jobs
-    /// for it are bytes that must be UTF-8 (and, for JSON, valid JSON: the database checks).
+    /// for it are bytes that must be UTF-8 without NUL bytes (else the enqueue is refused), and
+    /// for JSON valid JSON (PostgreSQL and MySQL/MariaDB check it; SQLite does not). On
+    /// MySQL/MariaDB a text column should be `utf8mb4`: text is read as UTF-8 from any character
+    /// set, but a character the column's set lacks is refused by the database at enqueue.
     ///
     /// ```
     /// use sqlx_queue::{PayloadType, Table};
@@ -275,7 +278,7 @@ mod tests {
 /// |---|---|---|---|
 /// | `Bytes` | `BYTEA` | `BLOB`, `LONGBLOB`, `VARBINARY` | `BLOB` |
 /// | `Text` | `TEXT`, `VARCHAR` | `TEXT`, `VARCHAR` (utf8mb4) | `TEXT` |
-/// | `Json` | `JSON` | `JSON` (MariaDB: `LONGTEXT`) | `TEXT` or `JSON` |
+/// | `Json` | `JSON` | `JSON` (MariaDB: `LONGTEXT`) | `TEXT` (not `JSON`: numeric affinity) |
 /// | `Jsonb` | `JSONB` | as `Json` | as `Json` |
 ///
 /// Bytes round-trip byte for byte. Text round-trips its UTF-8 text. JSON is stored as the

@@ -355,7 +355,8 @@ impl Names {
         let (before, after) = match (self.payload_type, self.dialect) {
             (PayloadType::Bytes, _) => ("", ""),
             (_, Dialect::Postgres) => ("convert_to(", "::text, 'UTF8')"),
-            (_, Dialect::MySql) => ("CAST(", " AS BINARY)"),
+            // The column's own character set, whatever it is, read as UTF-8.
+            (_, Dialect::MySql) => ("CAST(CONVERT(", " USING utf8mb4) AS BINARY)"),
             (_, Dialect::Sqlite) => ("CAST(", " AS BLOB)"),
         };
         w.push(before).push(prefix).push(&self.payload).push(after);
@@ -385,7 +386,6 @@ pub(crate) fn lease(names: &Names, max_claim: usize) -> LeaseSql {
     common::lease(names, claim)
 }
 
-/// Renders the enqueue statement for `names`.
 /// A row whole, by id: what a row mode handler decodes.
 pub(crate) fn row_by_id(n: &Names) -> Stmt {
     let mut w = n.writer();
@@ -398,6 +398,7 @@ pub(crate) fn row_by_id(n: &Names) -> Stmt {
     w.finish()
 }
 
+/// Renders the enqueue statement for `names`.
 pub(crate) fn enqueue(names: &Names) -> EnqueueSql {
     common::enqueue(names, names.dialect != Dialect::MySql)
 }

@@ -424,11 +424,16 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     }
 
     /// A handler in row mode: the runner reads the claimed row whole (`SELECT *` by id, one more
-    /// round trip per delivery, where the form holds the row) and decodes it into the service's
-    /// own [`sqlx::FromRow`] type `T` (`#[derive(sqlx::FromRow)]` with sqlx's `derive` feature,
-    /// or by hand); the handler gets the value and its delivery. A row that does not decode is
-    /// settled as an undecodable JSON payload is: logged as an error and moved to the queue's
-    /// dead letter, or dropped when the queue has none (its delivery counted its attempt).
+    /// round trip per delivery, where the form holds the row, and in a transactional delivery's
+    /// transaction) and decodes it into the service's own [`sqlx::FromRow`] type `T`
+    /// (`#[derive(sqlx::FromRow)]` with sqlx's `derive` feature, or by hand); the handler gets
+    /// the value and its delivery. A row that does not decode is settled as an undecodable JSON
+    /// payload is: logged as an error and moved to the queue's dead letter, or dropped when the
+    /// queue has none.
+    ///
+    /// The row is as the claim left it: its attempt column may already count this delivery
+    /// (lease form; advisory on PostgreSQL and SQLite) or not yet (row lock):
+    /// [`Delivery::attempt`] is the delivery's number on every form.
     ///
     /// ```no_run
     /// # async fn run(pool: sqlx::SqlitePool) -> sqlx_queue::Result<()> {

@@ -79,24 +79,6 @@ async fn run<DB, M, H>(
         settle(q, id, hold, Outcome::dead_letter(), None).await;
         return;
     }
-    // A row mode handler gets the row whole, read where the form holds it.
-    let whole = if H::ROW {
-        match read_row(q, &mut hold, id).await {
-            Ok(Some(whole)) => Some(whole),
-            Ok(None) => {
-                tracing::warn!("the claimed row is gone (deleted by another hand); skipped");
-                q.form.release(&q.conns, id, hold).await;
-                return;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "could not read the row for its handler; row released");
-                q.form.release(&q.conns, id, hold).await;
-                return;
-            }
-        }
-    } else {
-        None
-    };
     // A transactional delivery gets a transaction (see `lend`).
     let slot = if M::TRANSACTIONAL {
         match lend(q, &mut hold).await {
@@ -104,6 +86,38 @@ async fn run<DB, M, H>(
             Err(error) => {
                 tracing::warn!(%error, "could not open the delivery's transaction; row released");
                 q.form.release(&q.conns, id, hold).await;
+                return;
+            }
+        }
+    } else {
+        None
+    };
+    // A row mode handler gets the row whole, read where the form holds it (in the delivery's
+    // transaction, when it has one).
+    let whole = if H::ROW {
+        let read = read_row(q, &mut hold, slot.as_ref(), id).await;
+        let failed = match read {
+            Ok(Some(whole)) => Ok(whole),
+            Ok(None) => {
+                Err("the claimed row is gone (deleted by another hand); skipped".to_owned())
+            }
+            Err(error) => Err(format!(
+                "could not read the row for its handler ({error}); released"
+            )),
+        };
+        match failed {
+            Ok(whole) => Some(whole),
+            Err(reason) => {
+                Counters::add(&q.stats.failed, 1);
+                tracing::warn!("{reason}");
+                if let Some(slot) = slot
+                    && let Ok(conn) = take_back(slot).await
+                {
+                    let _ = restore(&q.conns, &mut hold, conn, false).await;
+                }
+                if !matches!(hold, Hold::Lent) {
+                    q.form.release(&q.conns, id, hold).await;
+                }
                 return;
             }
         }
@@ -218,10 +232,12 @@ async fn run<DB, M, H>(
     settle(q, id, hold, outcome, lease_tx).await;
 }
 
-/// Reads row `id` whole (row mode): on the connection that holds it, or one of the queue's.
+/// Reads row `id` whole (row mode): in the delivery's transaction where it has one, else on the
+/// connection that holds the row, or one of the queue's.
 async fn read_row<DB: Backend>(
     q: &QueueRuntime<DB>,
     hold: &mut Hold<DB>,
+    slot: Option<&TxSlot<DB>>,
     id: i64,
 ) -> Result<Option<DB::Row>, sqlx::Error> {
     let stmt = q.row_sql.as_ref().expect("rendered for every queue");
@@ -229,13 +245,17 @@ async fn read_row<DB: Backend>(
         id,
         ..Args::default()
     };
+    let read = || query(stmt, &args);
+    if let Some(slot) = slot {
+        let mut lent = slot.lock().await;
+        let conn = lent.as_mut().expect("lent, not yet handed to the handler");
+        return DB::fetch_row(conn, read()).await;
+    }
     match hold {
-        Hold::Conn(conn) => DB::fetch_row(conn, query(stmt, &args)).await,
+        Hold::Conn(conn) => DB::fetch_row(conn, read()).await,
         _ => {
             let mut conn = q.conns.get().await?;
-            let row = q
-                .conns
-                .checked(DB::fetch_row(&mut conn, query(stmt, &args)).await)?;
+            let row = q.conns.checked(DB::fetch_row(&mut conn, read()).await)?;
             q.conns.put(conn);
             Ok(row)
         }

@@ -415,11 +415,10 @@ impl Kind {
             (Kind::Jsonb, Dialect::Postgres) => ty == "jsonb",
             // MariaDB's JSON is an alias of LONGTEXT (with a JSON_VALID check).
             (Kind::Json | Kind::Jsonb, Dialect::MySql) => ty == "json" || ty.contains("text"),
+            // Text affinity only: a column declared `JSON` has NUMERIC affinity, which turns a
+            // payload that is a bare number into an INTEGER or REAL (and may round it).
             (Kind::Json | Kind::Jsonb, Dialect::Sqlite) => {
-                ty.is_empty()
-                    || ["char", "clob", "text", "json"]
-                        .iter()
-                        .any(|t| ty.contains(t))
+                ["char", "clob", "text"].iter().any(|t| ty.contains(t))
             }
             // Lease tokens are compared to the microsecond: a coarser column would round them.
             (Kind::Time, Dialect::Postgres) => {
@@ -455,7 +454,10 @@ impl Kind {
             (Kind::Text, _) => "a text type",
             (Kind::Json, Dialect::Postgres) => "JSON (`PayloadType::Jsonb` for JSONB)",
             (Kind::Jsonb, Dialect::Postgres) => "JSONB (`PayloadType::Json` for JSON)",
-            (Kind::Json | Kind::Jsonb, _) => "JSON or a text type",
+            (Kind::Json | Kind::Jsonb, Dialect::MySql) => "JSON or a text type",
+            (Kind::Json | Kind::Jsonb, Dialect::Sqlite) => {
+                "TEXT (a column declared JSON has numeric affinity: SQLite would change numbers)"
+            }
             (Kind::Time, Dialect::Postgres) => "TIMESTAMPTZ (microseconds)",
             (Kind::Time, Dialect::MySql) => "DATETIME(6)",
             (Kind::Time, Dialect::Sqlite) => "TEXT (RFC 3339, as sqlx writes chrono times)",

@@ -16,7 +16,7 @@ fn column_type(payload_type: PayloadType) -> &'static str {
         ("postgres", PayloadType::Jsonb) => "JSONB",
         ("mysql", PayloadType::Json | PayloadType::Jsonb) => "JSON",
         ("mysql", _) => "LONGTEXT CHARACTER SET utf8mb4",
-        ("sqlite", PayloadType::Json | PayloadType::Jsonb) => "JSON",
+        ("sqlite", PayloadType::Json | PayloadType::Jsonb) => "TEXT",
         _ => "TEXT",
     }
 }
@@ -170,6 +170,8 @@ async fn payloads_and_declarations_that_do_not_fit_are_refused() {
         Err(Error::Declaration { reason, .. }) => assert!(reason.contains("UTF-8"), "{reason}"),
         other => panic!("a non-UTF-8 payload for a text column: {other:?}"),
     }
+    let nul = jobs(&t, PayloadType::Text).enqueue(&ctx.pool, Job::new("a\0b")).await;
+    assert!(matches!(nul, Err(Error::Declaration { .. })), "a NUL byte in text: {nul:?}");
     assert_eq!(ctx.count(&t, "1 = 1").await, 0);
 
     // A text column declared as bytes (the default), and a bytes column declared as text.
@@ -191,5 +193,27 @@ async fn payloads_and_declarations_that_do_not_fit_are_refused() {
         panic!("a bytes payload column declared as text started");
     };
     assert_eq!(error.column.as_deref(), Some("payload"), "{error}");
+
+    if <Db as TestDb>::LABEL == "sqlite" {
+        // A column declared JSON has numeric affinity on SQLite: it would turn `1e2` into 100.0.
+        let json = table_with_payload(&mut ctx, "JSON").await;
+        let Err(Error::Schema(error)) = start(jobs(&json, PayloadType::Json)).await else {
+            panic!("a SQLite JSON (numeric affinity) column started as a JSON payload");
+        };
+        assert!(error.to_string().contains("affinity"), "{error}");
+    }
+    ctx.drop_tables().await;
+}
+
+/// MySQL/MariaDB: a text column in another character set is still read as UTF-8.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_latin1_text_payload_is_read_as_utf8() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    if <Db as TestDb>::LABEL != "mysql" {
+        return;
+    }
+    let t = table_with_payload(&mut ctx, "TEXT CHARACTER SET latin1").await;
+    let got = drain!(ctx, &t, PayloadType::Text, &["café", "naïve"], lease("locked_until"));
+    assert_eq!(got, ["café".as_bytes(), "naïve".as_bytes()], "UTF-8 from a latin1 column");
     ctx.drop_tables().await;
 }

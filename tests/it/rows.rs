@@ -129,3 +129,34 @@ async fn a_row_that_does_not_decode_is_dropped_unhandled() {
     assert_eq!(stats.dropped, want.len() as u64, "{stats:?}");
     ctx.drop_tables().await;
 }
+
+/// Transactional row mode: the row is read in the delivery's transaction, and the handler's
+/// writes through it commit with the ack.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_row_handler_reads_and_writes_in_its_transaction() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let (t, want) = emails(&mut ctx).await;
+    let sent = ctx.table(Spec::default()).await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let insert = format!("INSERT INTO {sent} (payload) VALUES (CAST('x' AS {}))", match <Db as crate::support::TestDb>::LABEL {
+        "postgres" => "BYTEA",
+        "mysql" => "BINARY",
+        _ => "BLOB",
+    });
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .attempt("attempt")
+        .transactional()
+        .row_handler(move |email: Email, mut d: Delivery<Db, sqlx_queue::Transactional>| {
+            let (tx, insert) = (tx.clone(), insert.clone());
+            async move {
+                sqlx::query(sqlx::AssertSqlSafe(insert)).execute(&mut *d.tx()).await.unwrap();
+                let _ = tx.send(email);
+                Outcome::ack()
+            }
+        });
+    let got = handled(&ctx, &t, want.len(), |r| r.mount(queue), &mut seen).await;
+    assert_eq!(got, want, "each row whole, in the delivery's transaction");
+    assert_eq!(ctx.count(&sent, "1 = 1").await, want.len() as i64, "the writes committed");
+    ctx.drop_tables().await;
+}
