@@ -180,19 +180,11 @@ where
         _: Option<DB::Row>,
     ) -> impl Future<Output = Outcome> + Send + 'static {
         let decoded = serde_json::from_slice::<T>(delivery.payload());
-        let future = match decoded {
-            Ok(value) => Ok((self.f)(value, delivery)),
-            Err(error) => {
-                tracing::error!(%error, "the payload is not the handler's JSON type");
-                Err(())
-            }
-        };
-        async move {
-            match future {
-                Ok(future) => future.await.into_outcome(),
-                Err(()) => Outcome(crate::delivery::Settle::Undecodable),
-            }
-        }
+        call_decoded(
+            decoded,
+            "the payload is not the handler's JSON type",
+            |value| (self.f)(value, delivery),
+        )
     }
 }
 
@@ -212,6 +204,33 @@ where
             handler: self,
             types: PhantomData::<fn() -> (DB, M)>,
         })
+    }
+}
+
+/// Calls a decoding handler with its decoded value; a value that did not decode never reaches
+/// it: logged as `what`, the delivery is settled as undecodable (the decode policy).
+fn call_decoded<T, E, Fut>(
+    decoded: Result<T, E>,
+    what: &'static str,
+    call: impl FnOnce(T) -> Fut,
+) -> impl Future<Output = Outcome> + Send + 'static
+where
+    E: std::fmt::Display,
+    Fut: Future + Send + 'static,
+    Fut::Output: IntoOutcome,
+{
+    let future = match decoded {
+        Ok(value) => Some(call(value)),
+        Err(error) => {
+            tracing::error!(%error, "{what}");
+            None
+        }
+    };
+    async move {
+        match future {
+            Some(future) => future.await.into_outcome(),
+            None => Outcome(crate::delivery::Settle::Undecodable),
+        }
     }
 }
 
@@ -235,19 +254,11 @@ where
             Some(row) => T::from_row(row),
             None => Err(sqlx::Error::RowNotFound),
         };
-        let future = match decoded {
-            Ok(value) => Ok((self.f)(value, delivery)),
-            Err(error) => {
-                tracing::error!(%error, "the row is not the handler's FromRow type");
-                Err(())
-            }
-        };
-        async move {
-            match future {
-                Ok(future) => future.await.into_outcome(),
-                Err(()) => Outcome(crate::delivery::Settle::Undecodable),
-            }
-        }
+        call_decoded(
+            decoded,
+            "the row is not the handler's FromRow type",
+            |value| (self.f)(value, delivery),
+        )
     }
 }
 
