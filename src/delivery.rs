@@ -209,11 +209,8 @@ pub(crate) enum Settle {
     Retry,
     RetryAfter(Duration),
     DeadLetter,
-    /// The payload did not decode: dead letter where the queue has one, else drop.
-    #[cfg_attr(
-        not(feature = "json"),
-        expect(dead_code, reason = "only JSON handlers decode")
-    )]
+    /// The payload (or, in row mode, the row) did not decode: dead letter where the queue has
+    /// one, else drop.
     Undecodable,
 }
 
