@@ -206,15 +206,33 @@ async fn dead_target<DB: Backend>(
             if dead_columns.is_empty() {
                 return Err(missing(None, "the dead-letter table does not exist"));
             }
+            let same_name = |a: &str, b: &str| match dialect {
+                Dialect::Postgres => a == b,
+                Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
+            };
             for (column, _, _) in columns {
-                let same = |(name, _, _): &Column| match dialect {
-                    Dialect::Postgres => name == column,
-                    Dialect::MySql | Dialect::Sqlite => name.eq_ignore_ascii_case(column),
-                };
-                if !dead_columns.iter().any(same) {
+                let Some((_, ty, _)) = dead_columns
+                    .iter()
+                    .find(|(name, _, _)| same_name(name, column))
+                else {
                     return Err(missing(
                         Some(column),
                         "the dead-letter table lacks a column of the queue table",
+                    ));
+                };
+                // The payload moves as it is: the dead letter's column must hold the same kind.
+                let payload = Kind::payload(config.table.payload_type);
+                if same_name(column, &config.table.payload) && !payload.accepts(dialect, ty) {
+                    return Err(Error::schema(
+                        config.label(),
+                        dead,
+                        Some(column),
+                        format!(
+                            "the dead-letter table's payload column has type `{ty}`; like the \
+                             queue's, on {} it needs {}",
+                            dialect.product(),
+                            payload.expected(dialect)
+                        ),
                     ));
                 }
             }

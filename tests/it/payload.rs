@@ -205,6 +205,26 @@ async fn payloads_and_declarations_that_do_not_fit_are_refused() {
     ctx.drop_tables().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_table_of_another_payload_type_is_refused_at_start() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = table_with_payload(&mut ctx, column_type(PayloadType::Text)).await;
+    let bytes = ctx.table(Spec::lease()).await;
+    let queue = Queue::table(jobs(&t, PayloadType::Text))
+        .lease("locked_until")
+        .attempt("attempt")
+        .max_attempts(3)
+        .dead_letter(DeadLetter::table(bytes.clone()))
+        .handler(|_: Delivery<Db>| async { Outcome::ack() });
+    let started = Runner::new(ctx.pool.clone()).mount(queue).start().await;
+    let Err(Error::Schema(error)) = started else {
+        panic!("a text queue with a bytes dead-letter table started");
+    };
+    assert_eq!(error.table, bytes, "{error}");
+    assert_eq!(error.column.as_deref(), Some("payload"), "{error}");
+    ctx.drop_tables().await;
+}
+
 /// MySQL/MariaDB: a text column in another character set is still read as UTF-8.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_latin1_text_payload_is_read_as_utf8() {
