@@ -406,18 +406,30 @@ macro_rules! held_form_tests {
                 let database = ctx.url.clone().expect("a database");
                 let form = if COUNTS_AT_TAKE { "advisory" } else { "row_lock" };
                 let mut consumer = crate::support::Consumer::spawn(&database, &t, form, "hang", &[]);
-                assert_eq!(consumer.line(30).await, "running");
-                assert_eq!(consumer.line(30).await, format!("started {id}"));
+                assert_eq!(consumer.line(30).await, "running", "the consumer's first line");
+                assert_eq!(
+                    consumer.line(30).await,
+                    format!("started {id}"),
+                    "the consumer's second line"
+                );
                 consumer.kill().await;
                 let killed = tokio::time::Instant::now();
 
                 let (running, mut seen) = start(&ctx.pool, jobs(&t), 1, |_| Outcome::ack()).await;
+                let started = killed.elapsed();
                 let (got, attempt) = recv(&mut seen, "the killed consumer's row", 10).await;
                 let back = killed.elapsed();
-                assert_eq!(got, id);
+                assert_eq!(got, id, "the row the killed consumer held");
                 // Row lock: the server rolled the claim back; advisory: the take had counted.
-                assert_eq!(attempt, if COUNTS_AT_TAKE { 2 } else { 1 });
-                assert!(back < Duration::from_secs(3), "back after {back:?}");
+                assert_eq!(
+                    attempt,
+                    if COUNTS_AT_TAKE { 2 } else { 1 },
+                    "the attempt of the delivery after the kill"
+                );
+                assert!(
+                    back < Duration::from_secs(3),
+                    "back after {back:?} (the runner started {started:?} after the kill)"
+                );
                 crate::support::report(&format!(
                     "{}: {form}: a row held by a killed process delivered again {back:?} after the kill",
                     <Db as TestDb>::LABEL
