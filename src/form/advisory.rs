@@ -103,49 +103,6 @@ pub(crate) struct AdvisoryForm {
 }
 
 impl AdvisoryForm {
-    /// Takes up to `want` rows, each on a connection of its own that holds the row's key.
-    ///
-    /// One query lists candidates whose keys no session holds; each taker then locks the next
-    /// candidate without waiting, and checks the row is still claimable now that it holds the
-    /// key (another session may have settled it meanwhile).
-    pub(crate) async fn claim<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        want: usize,
-    ) -> Result<Vec<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
-        let now = self.clock.now();
-        let candidates = {
-            let mut conn = conns.get().await?;
-            let candidates = self.candidates::<DB>(&mut conn, want, now).await?;
-            conns.put(conn);
-            candidates
-        };
-        let takers = want.min(candidates.len());
-        if takers == 0 {
-            return Ok(Vec::new());
-        }
-        let candidates = Mutex::new(candidates);
-        let taken =
-            futures::future::join_all((0..takers).map(|_| self.take_next(conns, &candidates, now)))
-                .await;
-        let mut rows = Vec::with_capacity(takers);
-        let mut first_error = None;
-        for result in taken {
-            match result {
-                Ok(Some(row)) => rows.push(row),
-                Ok(None) => {}
-                Err(error) => {
-                    tracing::warn!(%error, table = %self.table, "advisory take failed");
-                    first_error.get_or_insert(error);
-                }
-            }
-        }
-        match first_error {
-            Some(error) if rows.is_empty() => Err(error),
-            _ => Ok(rows),
-        }
-    }
-
     /// Ids of claimable rows whose keys no session holds, in claim order (twice what is wanted,
     /// as some may be taken meanwhile).
     async fn candidates<DB: Backend>(
@@ -196,7 +153,9 @@ impl AdvisoryForm {
     }
 
     /// Takes one row, on a connection that then holds its key: the claim of worker `index` of
-    /// `workers`. The workers list the same candidates (as many as there are workers, twice
+    /// `workers`. One query lists candidates whose keys no session holds; the worker then locks
+    /// the next candidate without waiting, and checks the row is still claimable now that it
+    /// holds the key (another session may have settled it meanwhile). The workers list the same candidates (as many as there are workers, twice
     /// over); each starts at its own place in the list, so they seldom race for one key.
     pub(crate) async fn claim_one<DB: Backend>(
         &self,
@@ -213,23 +172,6 @@ impl AdvisoryForm {
         }
         let candidates = Mutex::new(candidates);
         match self.take_on(&mut conn, &candidates, now).await? {
-            Some(row) => Ok(Some((row, conn))),
-            None => {
-                conns.put_held(conn);
-                Ok(None)
-            }
-        }
-    }
-
-    /// Takes the next candidate whose key this connection gets.
-    async fn take_next<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        candidates: &Mutex<VecDeque<i64>>,
-        now: DateTime<Utc>,
-    ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
-        let mut conn = HeldConn::new(conns.get().await?);
-        match self.take_on(&mut conn, candidates, now).await? {
             Some(row) => Ok(Some((row, conn))),
             None => {
                 conns.put_held(conn);

@@ -116,47 +116,23 @@ pub(crate) enum Hold<DB: Backend> {
 }
 
 impl FormRuntime {
-    /// Claims up to `want` rows in as few round trips as the form allows: one statement for the
-    /// lease form; one claim per row, on a connection each, for the forms that hold one (the
-    /// others start only once the first found a row).
+    /// Claims up to `want` rows for the lease form's workers, in one statement (the forms that
+    /// hold a connection per delivery claim per worker: [`FormRuntime::claim_one`]).
     pub(crate) async fn claim<DB: Backend>(
         &self,
         conns: &Conns<DB>,
         want: usize,
     ) -> Result<Vec<(ClaimedRow, Hold<DB>)>, sqlx::Error> {
-        match self {
-            FormRuntime::Lease(lease) => {
-                let claimed = lease.claim(conns, want).await?;
-                let (token, taken) = (claimed.token, claimed.taken);
-                Ok(claimed
-                    .rows
-                    .into_iter()
-                    .map(|row| (row, Hold::Lease(token, taken)))
-                    .collect())
-            }
-            FormRuntime::RowLock(row_lock) => {
-                let Some((row, conn)) = row_lock.claim_one(conns).await? else {
-                    return Ok(Vec::new());
-                };
-                let mut rows = vec![(row, Hold::Conn(conn))];
-                let more =
-                    futures::future::join_all((1..want).map(|_| row_lock.claim_one(conns))).await;
-                for claimed in more {
-                    match claimed {
-                        Ok(Some((row, conn))) => rows.push((row, Hold::Conn(conn))),
-                        Ok(None) => {}
-                        Err(error) => tracing::warn!(%error, "row lock claim failed"),
-                    }
-                }
-                Ok(rows)
-            }
-            FormRuntime::Advisory(advisory) => Ok(advisory
-                .claim(conns, want)
-                .await?
-                .into_iter()
-                .map(|(row, conn)| (row, Hold::Conn(conn)))
-                .collect()),
-        }
+        let FormRuntime::Lease(lease) = self else {
+            unreachable!("row lock and advisory workers claim one row each");
+        };
+        let claimed = lease.claim(conns, want).await?;
+        let (token, taken) = (claimed.token, claimed.taken);
+        Ok(claimed
+            .rows
+            .into_iter()
+            .map(|row| (row, Hold::Lease(token, taken)))
+            .collect())
     }
 
     /// Claims one row for worker `index` of `workers`, on a connection that then holds it (row

@@ -458,23 +458,13 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
             seen.lock().unwrap().push(signup.email);
             async { Outcome::ack() }
         });
-    let running = Runner::new(ctx.pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
-    ctx.wait_none(&t, "1 = 1", 30).await;
-    wait_for(
-        "every settlement counted",
-        Duration::from_secs(10),
-        || async {
-            let stats = running.stats();
-            stats.acked == 4 && stats.dead_lettered == 3
-        },
+    drain(
+        &ctx,
+        &t,
+        |r| r.mount(queue),
+        |s| s.acked == 4 && s.dead_lettered == 3,
     )
     .await;
-    running.shutdown().await.unwrap();
     assert_eq!(
         emails.lock().unwrap().len(),
         4,
@@ -509,23 +499,13 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
             seen.lock().unwrap().push(signup.email);
             async { Outcome::ack() }
         });
-    let running = Runner::new(ctx.pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
-    ctx.wait_none(&t, "1 = 1", 30).await;
-    wait_for(
-        "every settlement counted",
-        Duration::from_secs(10),
-        || async {
-            let stats = running.stats();
-            stats.acked == 3 && stats.dropped == 3
-        },
+    drain(
+        &ctx,
+        &t,
+        |r| r.mount(queue),
+        |s| s.acked == 3 && s.dropped == 3,
     )
     .await;
-    running.shutdown().await.unwrap();
     assert_eq!(emails.lock().unwrap().len(), 3);
     report(&format!(
         "bad input: {} {}: 3 undecodable payloads dead-lettered byte for byte (capped queue) \
@@ -534,4 +514,23 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
         F::NAME
     ));
     ctx.drop_tables().await;
+}
+
+/// Runs the runner `mount` makes until `t` is empty and `settled` holds for its counters.
+async fn drain<DB: TestDb>(
+    ctx: &Ctx<DB>,
+    t: &str,
+    mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
+    settled: impl Fn(&sqlx_queue::Stats) -> bool,
+) {
+    let runner = Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(20));
+    let running = mount(runner).start().await.unwrap();
+    ctx.wait_none(t, "1 = 1", 30).await;
+    wait_for(
+        "every settlement counted",
+        Duration::from_secs(10),
+        || async { settled(&running.stats()) },
+    )
+    .await;
+    running.shutdown().await.unwrap();
 }

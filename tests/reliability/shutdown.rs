@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx_queue::{Delivery, Outcome, Queue, Runner, Table};
+use sqlx::Pool;
+use sqlx_queue::{Delivery, Outcome, Queue, Runner, ShutdownReport, Table};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
@@ -65,20 +66,8 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
                 Outcome::ack()
             }
         });
-    let running = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .shutdown_timeout(SHUTDOWN_TIMEOUT)
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
-    wait_for("8 deliveries in work", Duration::from_secs(10), || async {
-        journal.in_work() == WORKERS
-    })
-    .await;
-    let stopping = Instant::now();
-    let finished = running.shutdown().await.unwrap();
-    let finish_time = stopping.elapsed();
+    let (finished, finish_time) =
+        shut_down_in_work(&pool, SHUTDOWN_TIMEOUT, |r| r.mount(queue), &journal).await;
     assert!(
         finish_time < WORK + STATEMENTS,
         "shutdown took {finish_time:?} for handlers that needed at most {WORK:?}"
@@ -120,20 +109,8 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
             handlers.begin(d.id(), d.attempt());
             std::future::pending::<Outcome>()
         });
-    let running = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .shutdown_timeout(CANCEL_TIMEOUT)
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
-    wait_for("8 deliveries in work", Duration::from_secs(10), || async {
-        journal.in_work() == WORKERS
-    })
-    .await;
-    let stopping = Instant::now();
-    let cancelled = running.shutdown().await.unwrap();
-    let cancel_time = stopping.elapsed();
+    let (cancelled, cancel_time) =
+        shut_down_in_work(&pool, CANCEL_TIMEOUT, |r| r.mount(queue), &journal).await;
     assert!(
         cancel_time < CANCEL_TIMEOUT + STATEMENTS,
         "shutdown took {cancel_time:?} with a shutdown_timeout of {CANCEL_TIMEOUT:?}"
@@ -225,4 +202,25 @@ pub(crate) async fn all_at_once<DB: TestDb, F: Form<DB>>(
     running.shutdown().await.unwrap();
     pool.close().await;
     took
+}
+
+/// Starts the runner `mount` makes on `pool`, waits for `WORKERS` deliveries in work, then shuts
+/// it down: its report, and how long the shutdown took.
+async fn shut_down_in_work<DB: TestDb>(
+    pool: &Pool<DB>,
+    timeout: Duration,
+    mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
+    journal: &Journal,
+) -> (ShutdownReport, Duration) {
+    let runner = Runner::new(pool.clone())
+        .poll_interval(Duration::from_millis(20))
+        .shutdown_timeout(timeout);
+    let running = mount(runner).start().await.unwrap();
+    wait_for("8 deliveries in work", Duration::from_secs(10), || async {
+        journal.in_work() == WORKERS
+    })
+    .await;
+    let stopping = Instant::now();
+    let report = running.shutdown().await.unwrap();
+    (report, stopping.elapsed())
 }
