@@ -126,6 +126,14 @@ trait Db: Backend {
     /// A plain `INSERT` of one job, which wakes no queue.
     fn insert(pool: &Pool<Self>, table: &str) -> impl Future<Output = sqlx::Result<()>> + Send;
     fn script(pool: &Pool<Self>, sql: String) -> impl Future<Output = sqlx::Result<()>> + Send;
+    /// The table's notification channel ([`Table::notify_channel`], PostgreSQL; empty elsewhere).
+    fn notify_channel(
+        pool: &Pool<Self>,
+        table: &Table,
+    ) -> impl Future<Output = sqlx_queue::Result<String>> + Send {
+        let _ = (pool, table);
+        async { Ok(String::new()) }
+    }
     /// [`Table::enqueue`] on the pool (written per database: the executor bound is concrete).
     fn enqueue(
         pool: &Pool<Self>,
@@ -210,6 +218,10 @@ impl Db for sqlx::Postgres {
     const ID: &'static str = "postgres";
     const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_PG_URL");
     const ROW_LOCK: bool = true;
+
+    async fn notify_channel(pool: &Pool<Self>, table: &Table) -> sqlx_queue::Result<String> {
+        table.notify_channel(pool).await
+    }
 
     async fn connect(url: &str, max: u32) -> sqlx::Result<Pool<Self>> {
         sqlx::postgres::PgPoolOptions::new()
@@ -533,6 +545,9 @@ async fn idle<DB: Db>(
         .await
         .map_err(|e| e.to_string())?;
     let table = Table::new(ctx.table.as_str());
+    let channel = DB::notify_channel(&pool, &table)
+        .await
+        .map_err(|e| e.to_string())?;
     let mut figures = Idle::default();
     // Let the runner's first (empty) claim pass, so it waits as an idle queue does.
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -545,7 +560,6 @@ async fn idle<DB: Db>(
         tokio::time::sleep(pause(i, spread)).await;
         let t0 = Instant::now();
         if arrival == Arrival::Notify {
-            let channel = table.notify_channel();
             DB::script(
                 &pool,
                 format!(

@@ -297,7 +297,7 @@ mod postgres {
                     Slot::Group
                     | Slot::KeyPrefix
                     | Slot::DeadGroup
-                    | Slot::NotifyChannel
+                    | Slot::NotifyTable
                     | Slot::NotifyPayload => <&str as Type<Postgres>>::type_info(),
                     Slot::Payload => <&[u8] as Type<Postgres>>::type_info(),
                 })

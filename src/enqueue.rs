@@ -35,11 +35,7 @@ fn rendered(dialect: Dialect, table: &Table) -> Result<Arc<EnqueueSql>> {
         return Ok(Arc::clone(sql));
     }
     let names = Names::of_table(dialect, table)?;
-    let mut sql = dialect::enqueue(&names);
-    if names.notify && dialect == Dialect::Postgres {
-        sql.channel = Some(table.notify_channel());
-    }
-    let sql = Arc::new(sql);
+    let sql = Arc::new(dialect::enqueue(&names));
     if cache.len() >= RENDERED_MAX {
         cache.clear();
     }
@@ -163,7 +159,7 @@ impl Table {
             group: job.group.as_deref(),
             at: job.delay.map(|delay| Clock::default().after(delay)),
             priority: job.priority,
-            notify_channel: sql.channel.as_deref(),
+            notify_table: sql.notify_table.as_deref(),
             notify_payload: job.group.as_deref(),
             ..Args::default()
         };
@@ -220,10 +216,9 @@ impl Table {
             }
         }
         let notifying = names.notify && DB::DIALECT == Dialect::Postgres;
-        let channel = notifying.then(|| self.notify_channel());
-        if let Some(channel) = &channel {
+        if notifying {
             // One notification for the whole list: every queue of the table looks.
-            values.push(Value::Text(Some(channel)));
+            values.push(Value::Text(Some(&names.table)));
             values.push(Value::Text(Some("")));
         }
         let sql = AssertSqlSafe(dialect::enqueue_many(&names, jobs.len())).into_sql_str();
@@ -242,6 +237,32 @@ impl Table {
             }
         }
         Ok(inserted)
+    }
+
+    /// The PostgreSQL channel of this table's notifications, as the session of `executor`
+    /// resolves the table: `sqlxq_` and the first 16 hex digits of the MD5 of the table's resolved
+    /// name — its bare name in the `public` schema, else `schema.table` — so every spelling of one
+    /// table (`jobs`, `public.jobs`, `"public"."jobs"`, or a bare name found through
+    /// `search_path`) has one channel. A producer outside this crate (a trigger, say) can
+    /// `NOTIFY` it with the job's group as payload (empty: every queue of the table).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Identifier`] for a name that cannot be quoted, [`Error::Schema`] when the table
+    /// does not exist, [`Error::Database`].
+    #[cfg(feature = "postgres")]
+    pub async fn notify_channel<'c, E>(&self, executor: E) -> Result<String>
+    where
+        E: Executor<'c, Database = sqlx::Postgres>,
+    {
+        let quoted = Dialect::Postgres.quote_table(&self.name)?;
+        let sql = sqlx::SqlStr::from_static(dialect::identity(Dialect::Postgres));
+        let row: Option<(String, String, String)> = sqlx::query_as(sql)
+            .bind(quoted)
+            .fetch_optional(executor)
+            .await?;
+        row.map(|(_, channel, _)| channel)
+            .ok_or_else(|| Error::schema(&self.name, &self.name, None, "the table does not exist"))
     }
 
     /// The most jobs one [`enqueue_many`](Table::enqueue_many) inserts: one statement binds at

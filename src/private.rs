@@ -41,7 +41,7 @@ fn statement(role: impl Into<String>, stmt: &Stmt) -> Statement {
                 Slot::KeyPrefix => "key_prefix".to_owned(),
                 Slot::DeadGroup => "dead_group".to_owned(),
                 Slot::Priority => "priority".to_owned(),
-                Slot::NotifyChannel => "notify_channel".to_owned(),
+                Slot::NotifyTable => "notify_table".to_owned(),
                 Slot::NotifyPayload => "notify_payload".to_owned(),
             })
             .collect(),
@@ -163,10 +163,9 @@ pub fn statements_of(
     Ok(all)
 }
 
-/// The PostgreSQL advisory key class of a table, and the MySQL lock-name prefix
-/// (`<database>.<table>:`), as the advisory form computes them.
+/// The PostgreSQL advisory key class of a bare table name in the `public` schema, and the MySQL
+/// lock-name prefix (`<database>.<table>:`), as the advisory form computes them.
 pub fn advisory_keys(table: &str, mysql_database: &str) -> (i64, String) {
     let class = i64::from(crate::form::advisory::fnv1a_32(table));
-    let bare = table.rsplit('.').next().unwrap_or(table);
-    (class, format!("{mysql_database}.{bare}:"))
+    (class, format!("{mysql_database}.{table}:"))
 }

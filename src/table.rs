@@ -110,8 +110,8 @@ impl Table {
         self
     }
 
-    /// On PostgreSQL, every enqueue through this table also sends a `NOTIFY` on
-    /// [`notify_channel`](Table::notify_channel), carrying the job's group, in the same statement
+    /// On PostgreSQL, every enqueue through this table also sends a `NOTIFY` on the table's
+    /// channel ([`notify_channel`](Table::notify_channel)), carrying the job's group, in the same statement
     /// and so the same transaction (PostgreSQL delivers it at commit, and sends one for many
     /// identical notifications of a transaction). Queues mounted with
     /// [`listen_notify`](crate::Queue::listen_notify) in other processes wake at once. Other
@@ -119,13 +119,6 @@ impl Table {
     pub fn notify(mut self) -> Self {
         self.notify = true;
         self
-    }
-
-    /// The PostgreSQL channel of this table's notifications: `sqlxq_` and the 32-bit FNV-1a hash
-    /// of the table name as given, in hex. A producer outside this crate (a trigger, say) can
-    /// `NOTIFY` it, with the job's group as payload (empty: every queue of the table).
-    pub fn notify_channel(&self) -> String {
-        format!("sqlxq_{:08x}", crate::form::advisory::fnv1a_32(&self.name))
     }
 
     /// The table's name as given.
@@ -200,12 +193,25 @@ pub(crate) fn validate_ident(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Splits a possibly schema-qualified table name into its validated parts.
+/// `part` without one pair of double quotes or backticks around it.
+fn unquoted(part: &str) -> &str {
+    for quote in ['"', '`'] {
+        if let Some(inner) = part.strip_prefix(quote).and_then(|p| p.strip_suffix(quote)) {
+            return inner;
+        }
+    }
+    part
+}
+
+/// Splits a possibly schema-qualified table name into its validated parts. Each part may be
+/// written quoted (`"public"."jobs"`, or with backticks): every name is quoted when a statement is
+/// rendered, so `"jobs"` and `jobs` name the same table.
 pub(crate) fn table_parts(name: &str) -> Result<(Option<&str>, &str)> {
     match name.split_once('.') {
         None => {
-            validate_ident(name)?;
-            Ok((None, name))
+            let table = unquoted(name);
+            validate_ident(table)?;
+            Ok((None, table))
         }
         Some((schema, table)) => {
             if table.contains('.') {
@@ -214,6 +220,7 @@ pub(crate) fn table_parts(name: &str) -> Result<(Option<&str>, &str)> {
                     reason: "a table name has at most two parts: `schema.table`",
                 });
             }
+            let (schema, table) = (unquoted(schema), unquoted(table));
             validate_ident(schema)?;
             validate_ident(table)?;
             Ok((Some(schema), table))
@@ -266,6 +273,12 @@ mod tests {
     fn qualified_names_split() {
         assert_eq!(table_parts("jobs").unwrap(), (None, "jobs"));
         assert_eq!(table_parts("app.jobs").unwrap(), (Some("app"), "jobs"));
+        assert_eq!(
+            table_parts("\"app\".\"jobs\"").unwrap(),
+            (Some("app"), "jobs")
+        );
+        assert_eq!(table_parts("`jobs`").unwrap(), (None, "jobs"));
+        assert!(table_parts("\"jo\"bs\"").is_err());
         assert!(table_parts("a.b.c").is_err());
         assert!(table_parts(".jobs").is_err());
         assert!(table_parts("app.").is_err());

@@ -68,8 +68,9 @@ pub(crate) struct EnqueueSql {
     pub(crate) insert: Stmt,
     /// Whether `insert` returns the new id (else the driver's last insert id is read).
     pub(crate) returning: bool,
-    /// The notification channel `insert` binds, on a notifying PostgreSQL table.
-    pub(crate) channel: Option<String>,
+    /// The quoted table name `insert` binds to compute its notification channel, on a notifying
+    /// PostgreSQL table.
+    pub(crate) notify_table: Option<String>,
 }
 
 /// `WHERE` conditions that make a row claimable now (no leading `WHERE`): its group, not
@@ -393,7 +394,7 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
         return EnqueueSql {
             insert: notifying(w, n, true),
             returning: true,
-            channel: None,
+            notify_table: Some(n.table.clone()),
         };
     }
     if returning {
@@ -403,7 +404,7 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
     EnqueueSql {
         insert: w.finish(),
         returning,
-        channel: None,
+        notify_table: None,
     }
 }
 
@@ -417,9 +418,9 @@ fn notifying(mut w: SqlWriter, n: &Names, one: bool) -> Stmt {
     as_i64(&mut w, &n.id);
     w.push(" AS id");
     out.append(w);
-    out.push("), n AS (SELECT pg_notify(")
-        .param(Slot::NotifyChannel)
-        .push(", ")
+    out.push("), n AS (SELECT pg_notify(");
+    super::postgres::channel(&mut out, Slot::NotifyTable);
+    out.push(", ")
         .param(Slot::NotifyPayload)
         .push(")) SELECT ")
         .push(if one { "ins.id" } else { "COUNT(*)" })

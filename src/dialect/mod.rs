@@ -137,8 +137,8 @@ pub(crate) enum Slot {
     DeadGroup,
     /// A job's priority.
     Priority,
-    /// The table's notification channel (PostgreSQL).
-    NotifyChannel,
+    /// The table's quoted name, whose notification channel the statement computes (PostgreSQL).
+    NotifyTable,
     /// A notification's payload: the job's group.
     NotifyPayload,
 }
@@ -180,7 +180,7 @@ pub(crate) struct Args<'a> {
     pub(crate) key_prefix: Option<&'a str>,
     pub(crate) dead_group: Option<&'a str>,
     pub(crate) priority: i64,
-    pub(crate) notify_channel: Option<&'a str>,
+    pub(crate) notify_table: Option<&'a str>,
     pub(crate) notify_payload: Option<&'a str>,
 }
 
@@ -224,7 +224,7 @@ impl<'a> Args<'a> {
             Slot::KeyPrefix => Value::Text(self.key_prefix),
             Slot::DeadGroup => Value::Text(self.dead_group),
             Slot::Priority => Value::I64(self.priority),
-            Slot::NotifyChannel => Value::Text(self.notify_channel),
+            Slot::NotifyTable => Value::Text(self.notify_table),
             Slot::NotifyPayload => Value::Text(Some(self.notify_payload.unwrap_or(""))),
         }
     }
@@ -419,6 +419,19 @@ pub(crate) fn catalog(dialect: Dialect) -> &'static str {
         Dialect::Postgres => postgres::CATALOG,
         Dialect::MySql => mysql::CATALOG,
         Dialect::Sqlite => sqlite::CATALOG,
+    }
+}
+
+/// The query that reads a table's identity from the catalog: three text columns — PostgreSQL its
+/// resolved name and its notification channel (binds the quoted name); MySQL/MariaDB its database
+/// and name (binds the schema, NULL for the current database, and the name); SQLite its attached
+/// database, name and file (binds the name, then the schema twice, NULL for any). No row when the
+/// table does not exist.
+pub(crate) fn identity(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => postgres::IDENTITY,
+        Dialect::MySql => mysql::IDENTITY,
+        Dialect::Sqlite => sqlite::IDENTITY,
     }
 }
 

@@ -9,6 +9,11 @@ pub(super) const CATALOG: &str = "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_
      CAST(IS_NULLABLE AS CHAR) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) \
      AND TABLE_NAME = ?";
 
+/// A table's database and name as the catalog spells them; binds the schema (NULL: the current
+/// database) and the table name.
+pub(super) const IDENTITY: &str = "SELECT CAST(TABLE_SCHEMA AS CHAR), CAST(TABLE_NAME AS CHAR), '' \
+     FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
+
 /// Starts a claim's transaction at READ COMMITTED in one round trip, so the locking read takes
 /// no gap locks that would block inserts.
 pub(crate) const BEGIN_READ_COMMITTED: &str =

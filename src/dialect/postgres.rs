@@ -9,6 +9,52 @@ pub(super) const CATALOG: &str = "SELECT a.attname::text, format_type(a.atttypid
      CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
      AND NOT a.attisdropped";
 
+/// A table's resolved name, from `c` (its `pg_class` row) and `n` (its `pg_namespace` row): the
+/// bare name in `public`, else `schema.table`. What other processes must agree on (advisory key
+/// classes, notification channels) is made from it, never from the name as a `Table` spells it.
+macro_rules! resolved {
+    () => {
+        "CASE WHEN n.nspname = 'public' THEN c.relname::text ELSE n.nspname || '.' || c.relname END"
+    };
+}
+
+/// The notification channel of a table: `sqlxq_` and the first 16 hex digits of the MD5 of its
+/// resolved name, from `c` and `n`.
+macro_rules! channel_of {
+    () => {
+        concat!("'sqlxq_' || substr(md5(", resolved!(), "), 1, 16)")
+    };
+}
+
+/// Catalog rows of the table `to_regclass` finds for a text (its quoted, possibly qualified name).
+macro_rules! of_regclass {
+    ($table:expr) => {
+        concat!(
+            " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(CAST(",
+            $table,
+            " AS text))"
+        )
+    };
+}
+
+/// A table's resolved name and its notification channel, by its quoted name (`$1`); no row when
+/// the table does not exist.
+pub(super) const IDENTITY: &str = concat!(
+    "SELECT ",
+    resolved!(),
+    ", ",
+    channel_of!(),
+    ", ''",
+    of_regclass!("$1")
+);
+
+/// The notification channel of the table whose quoted name `table` binds, as a subquery.
+pub(super) fn channel(w: &mut SqlWriter, table: Slot) {
+    w.push(concat!("(SELECT ", channel_of!(), " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = to_regclass(CAST("))
+        .param(table)
+        .push(" AS text)))");
+}
+
 /// One statement: the claimable ids, locked and skipped when locked elsewhere, then the update.
 /// The locking CTE is never inlined, so `LIMIT` holds however the planner joins.
 pub(super) fn lease_claim(n: &Names) -> Claim {

@@ -8,6 +8,14 @@ use super::{Claim, Names, Slot};
 pub(super) const CATALOG: &str = "SELECT name, type, CASE WHEN \"notnull\" = 0 AND pk = 0 THEN 'YES' \
      ELSE 'NO' END FROM pragma_table_info(?, ?)";
 
+/// The attached database a table lives in, its name as the catalog spells it, and the database's
+/// file, by name (case-insensitive, as SQLite resolves it: `temp`, then `main`, then the attached
+/// databases in order); binds the table name, then the schema twice (NULL: any).
+pub(super) const IDENTITY: &str = "SELECT t.schema, t.name, d.file FROM pragma_table_list AS t \
+     JOIN pragma_database_list AS d ON d.name = t.schema WHERE t.name = ? COLLATE NOCASE \
+     AND (? IS NULL OR t.schema = ? COLLATE NOCASE) \
+     ORDER BY CASE t.schema WHEN 'temp' THEN 0 WHEN 'main' THEN 1 ELSE 2 + d.seq END LIMIT 1";
+
 /// SQLite has one writer: the claim is one `UPDATE .. WHERE id IN (SELECT .. LIMIT n)
 /// RETURNING ..`, atomic without row locks.
 pub(super) fn lease_claim(n: &Names) -> Claim {

@@ -1,9 +1,11 @@
 //! The advisory lock form: a session lock on the row's key holds the row while its handler runs.
 //!
-//! Keys: on PostgreSQL a `bigint`, the table's class (FNV-1a, 32 bits, of the table name as given)
-//! in its high half and the id's low 32 bits in its low half; on MySQL/MariaDB the lock name
-//! `<database>.<table>:<id>` (`sqlxq:` and its MD5 when longer than 64 characters); on SQLite a
-//! key held in this process (one process per database file). A collision between two rows' keys
+//! Keys are made of the table's identity as the catalog resolves it (`schema::Identity`), never
+//! of its spelling: on PostgreSQL a `bigint`, the table's class (FNV-1a, 32 bits, of its resolved
+//! name: `table` in `public`, else `schema.table`) in its high half and the id's low 32 bits in
+//! its low half; on MySQL/MariaDB the lock name `<database>.<table>:<id>` (`sqlxq:` and its MD5
+//! when longer than 64 characters); on SQLite a key held in this process (one process per
+//! database file), of the file and the table's name. A collision between two rows' keys
 //! only makes one wait for the other; it never lets a row be delivered twice.
 
 use std::collections::VecDeque;
@@ -28,22 +30,24 @@ pub(crate) enum Keys {
 }
 
 impl Keys {
-    pub(crate) fn postgres(table: &str) -> Self {
+    /// `resolved`: the table's resolved name.
+    pub(crate) fn postgres(resolved: &str) -> Self {
         Keys::Postgres {
-            class: i64::from(fnv1a_32(table)),
+            class: i64::from(fnv1a_32(resolved)),
         }
     }
 
-    pub(crate) fn mysql(database: &str, table: &str) -> Self {
-        let table = table.rsplit('.').next().unwrap_or(table);
+    /// `table`: `database.table` as the catalog spells them.
+    pub(crate) fn mysql(table: &str) -> Self {
         Keys::MySql {
-            prefix: format!("{database}.{table}:"),
+            prefix: format!("{table}:"),
         }
     }
 
-    pub(crate) fn in_process(table: &str) -> Self {
+    /// `identity`: the database file and the table's name.
+    pub(crate) fn in_process(identity: &str) -> Self {
         Keys::InProcess {
-            table: fnv1a_64(table),
+            table: fnv1a_64(identity),
         }
     }
 
@@ -351,7 +355,7 @@ mod tests {
 
     #[test]
     fn mysql_lock_names_carry_the_database() {
-        let Keys::MySql { prefix } = Keys::mysql("shop", "app.jobs") else {
+        let Keys::MySql { prefix } = Keys::mysql("shop.jobs") else {
             panic!()
         };
         assert_eq!(prefix, "shop.jobs:");

@@ -23,6 +23,7 @@ use crate::backend::Backend;
 use crate::error::Result;
 use crate::form::Clock;
 use crate::queue::Queue;
+use crate::queue::config::Form;
 use crate::queue::state::{
     AttemptState, BatchState, CapComplete, ClaimForm, FormOn, HasHandler, Mode,
 };
@@ -142,15 +143,30 @@ impl<DB: Backend> Runner<DB> {
         let abort = CancellationToken::new();
         let stats = Arc::new(Counters::default());
         let mut prepared = Vec::with_capacity(self.queues.len());
+        let mut identities = Vec::with_capacity(self.queues.len());
         for launch in self.queues {
-            let form = schema::prepare(&self.pool, launch.config(), clock.clone()).await?;
+            let (form, identity) =
+                schema::prepare(&self.pool, launch.config(), clock.clone()).await?;
             prepared.push((launch, form));
+            identities.push(identity);
+        }
+        let advisory: Vec<(&str, &schema::Identity)> = prepared
+            .iter()
+            .zip(&identities)
+            .filter(|((launch, _), _)| matches!(launch.config().form, Form::Advisory))
+            .map(|((launch, _), identity)| (launch.config().label(), identity))
+            .collect();
+        if DB::DIALECT == crate::dialect::Dialect::Postgres {
+            schema::check_classes(&advisory)?;
         }
         let mut channels: Vec<(String, String)> = prepared
             .iter()
-            .map(|(launch, _)| launch.config())
-            .filter(|config| config.listen_notify)
-            .map(|config| (config.table.notify_channel(), config.table.name.clone()))
+            .zip(&identities)
+            .filter(|((launch, _), _)| launch.config().listen_notify)
+            .filter_map(|((launch, _), identity)| {
+                let channel = identity.channel.clone()?;
+                Some((channel, launch.config().table.name.clone()))
+            })
             .collect();
         channels.sort();
         channels.dedup();

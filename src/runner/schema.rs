@@ -60,16 +60,74 @@ fn check_mysql_version(version: &str) -> Result<()> {
     Ok(())
 }
 
-/// Checks one queue against the database and renders its statements.
+/// What processes must agree on about a table, read from the catalog: never from the name as a
+/// `Table` spells it, which differs between `jobs`, `public.jobs` and a bare name found through
+/// PostgreSQL's `search_path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    /// What the advisory keys are made of: PostgreSQL the resolved name (`table` in `public`,
+    /// else `schema.table`); MySQL/MariaDB `database.table`; SQLite the database's file and the
+    /// table's name, case folded.
+    pub(crate) key: String,
+    /// The notification channel (PostgreSQL).
+    pub(crate) channel: Option<String>,
+}
+
+/// Reads the identity of `table` from the catalog, as the session of `conn` resolves its name.
+pub(crate) async fn read_identity<DB: Backend>(
+    conn: &mut DB::Connection,
+    queue: &str,
+    table: &str,
+) -> Result<Identity> {
+    let quoted = DB::DIALECT.quote_table(table)?;
+    let (schema, bare) = table_parts(table)?;
+    let values = match DB::DIALECT {
+        Dialect::Postgres => vec![Value::Text(Some(&quoted))],
+        Dialect::MySql => vec![Value::Text(schema), Value::Text(Some(bare))],
+        Dialect::Sqlite => vec![
+            Value::Text(Some(bare)),
+            Value::Text(schema),
+            Value::Text(schema),
+        ],
+    };
+    let sql = SqlStr::from_static(dialect::identity(DB::DIALECT));
+    let found = DB::fetch_triples(conn, query_values::<DB>(sql, &values)).await?;
+    let Some((first, second, third)) = found.into_iter().next() else {
+        return Err(Error::schema(
+            queue,
+            table,
+            None,
+            "the table does not exist",
+        ));
+    };
+    Ok(match DB::DIALECT {
+        Dialect::Postgres => Identity {
+            key: first,
+            channel: Some(second),
+        },
+        Dialect::MySql => Identity {
+            key: format!("{first}.{second}"),
+            channel: None,
+        },
+        Dialect::Sqlite => Identity {
+            key: format!("{third}\u{0}{}", second.to_lowercase()),
+            channel: None,
+        },
+    })
+}
+
+/// Checks one queue against the database and renders its statements; returns them with the
+/// table's identity.
 pub(super) async fn prepare<DB: Backend>(
     pool: &Pool<DB>,
     config: &QueueConfig,
     clock: Clock,
-) -> Result<FormRuntime> {
+) -> Result<(FormRuntime, Identity)> {
     refuse_unworkable::<DB>(config)?;
     let names = Names::of_queue(DB::DIALECT, config)?;
     let mut conn = pool.acquire().await?;
     let columns = check_columns::<DB>(&mut conn, config).await?;
+    let identity = read_identity::<DB>(&mut conn, config.label(), &config.table.name).await?;
     let dead_target = dead_target::<DB>(&mut conn, config, &columns).await?;
     let guarded = matches!(config.form, Form::Lease { .. });
     let dead = match dead_target {
@@ -145,20 +203,9 @@ pub(super) async fn prepare<DB: Backend>(
             statements.extend(sql.count.iter().chain(&sql.retry_after));
             prepare_all::<DB>(&mut conn, config, &statements).await?;
             let keys = match DB::DIALECT {
-                Dialect::Postgres => Keys::postgres(&config.table.name),
-                Dialect::MySql => {
-                    let database = match table_parts(&config.table.name)? {
-                        (Some(schema), _) => schema.to_owned(),
-                        (None, _) => {
-                            let current = SqlStr::from_static("SELECT DATABASE()");
-                            DB::fetch_text(&mut conn, query_values::<DB>(current, &[]))
-                                .await?
-                                .unwrap_or_default()
-                        }
-                    };
-                    Keys::mysql(&database, &config.table.name)
-                }
-                Dialect::Sqlite => Keys::in_process(&config.table.name),
+                Dialect::Postgres => Keys::postgres(&identity.key),
+                Dialect::MySql => Keys::mysql(&identity.key),
+                Dialect::Sqlite => Keys::in_process(&identity.key),
             };
             FormRuntime::Advisory(AdvisoryForm {
                 sql,
@@ -172,7 +219,7 @@ pub(super) async fn prepare<DB: Backend>(
             })
         }
     };
-    Ok(form)
+    Ok((form, identity))
 }
 
 /// Checks the dead letter against the database: a group needs a group column; a table must
@@ -268,7 +315,7 @@ async fn prepare_all<DB: Backend>(
 }
 
 /// Checks what the mounted queues need together: pooled connections for the forms that hold one
-/// per delivery, and advisory key classes that do not collide.
+/// per delivery.
 pub(super) fn check_together<DB: Backend>(pool: &Pool<DB>, queues: &[&QueueConfig]) -> Result<()> {
     let held: usize = queues
         .iter()
@@ -290,25 +337,28 @@ pub(super) fn check_together<DB: Backend>(pool: &Pool<DB>, queues: &[&QueueConfi
             ),
         ));
     }
-    if DB::DIALECT == Dialect::Postgres {
-        let mut classes: Vec<(u32, &str)> = queues
-            .iter()
-            .filter(|config| matches!(config.form, Form::Advisory))
-            .map(|config| (fnv1a_32(&config.table.name), config.table.name.as_str()))
-            .collect();
-        classes.sort_unstable();
-        classes.dedup();
-        if let Some(pair) = classes.windows(2).find(|pair| pair[0].0 == pair[1].0) {
-            return Err(Error::declaration(
-                pair[1].1,
-                format!(
-                    "the advisory keys of tables `{}` and `{}` share a class; rename one",
-                    pair[0].1, pair[1].1
-                ),
-            ));
-        }
-    }
     Ok(())
+}
+
+/// Refuses advisory queues on two tables whose PostgreSQL key classes collide (`queues`: each
+/// advisory queue's label and table identity).
+pub(super) fn check_classes(queues: &[(&str, &Identity)]) -> Result<()> {
+    let mut classes: Vec<(u32, &str, &str)> = queues
+        .iter()
+        .map(|(label, identity)| (fnv1a_32(&identity.key), identity.key.as_str(), *label))
+        .collect();
+    classes.sort_unstable();
+    classes.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    match classes.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        Some(pair) => Err(Error::declaration(
+            pair[1].2,
+            format!(
+                "the advisory keys of tables `{}` and `{}` share a class; rename one",
+                pair[0].1, pair[1].1
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Declarations that type-check but cannot work on this database or table.

@@ -39,7 +39,8 @@ async fn listening(
 /// enqueue through a `Table::notify()` table does (and without this process's own wake-up).
 async fn insert_elsewhere(ctx: &Ctx<Db>, table: &Table) {
     let t = table.name();
-    let channel = table.notify_channel();
+    let pg = crate::support::as_pg(&ctx.pool).expect("PostgreSQL");
+    let channel = table.notify_channel(&pg).await.unwrap();
     ctx.exec(&format!(
         "INSERT INTO {t} (payload) VALUES ('x'); SELECT pg_notify('{channel}', '')"
     ))
@@ -72,7 +73,8 @@ async fn an_enqueue_notifies_at_commit_once() {
     let table = Table::new(&t).notify();
     let url = ctx.url.clone().expect("a URL");
     let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
-    listener.listen(&table.notify_channel()).await.unwrap();
+    let pg = crate::support::as_pg(&ctx.pool).expect("PostgreSQL");
+    listener.listen(&table.notify_channel(&pg).await.unwrap()).await.unwrap();
     let mut tx = ctx.pool.begin().await.unwrap();
     for _ in 0..3 {
         table.enqueue(&mut *tx, Job::new("x")).await.unwrap();
@@ -130,7 +132,8 @@ async fn a_lost_listening_connection_listens_again_and_looks_once() {
     let (running, mut seen) = listening(&ctx, table.clone()).await;
     // A row arrives without a notification while the listening connection is cut.
     ctx.exec(&format!("INSERT INTO {t} (payload) VALUES ('quiet')")).await;
-    let channel = table.notify_channel();
+    let pg = crate::support::as_pg(&ctx.pool).expect("PostgreSQL");
+    let channel = table.notify_channel(&pg).await.unwrap();
     let killed: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
          WHERE query LIKE 'LISTEN%{channel}%' AND pid <> pg_backend_pid()"

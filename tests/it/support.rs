@@ -400,6 +400,13 @@ fn skipped<DB: TestDb>(var: &str) {
     }
 }
 
+/// `pool` as a PostgreSQL pool, when it is one (tests written once for every database call
+/// PostgreSQL-only functions through it).
+pub(crate) fn as_pg<DB: sqlx::Database>(pool: &Pool<DB>) -> Option<sqlx::PgPool> {
+    let any: &dyn std::any::Any = pool;
+    any.downcast_ref::<sqlx::PgPool>().cloned()
+}
+
 /// Polls `check` every 10 ms until it holds, failing the test with `what` after `timeout`.
 pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
 where

@@ -1,0 +1,204 @@
+// A table's identity: every spelling of one table (bare, schema- or database-qualified, resolved
+// through PostgreSQL's search_path) gets the same advisory keys and the same notification channel,
+// so runners that spell it differently never hand a row to two handlers.
+
+use std::time::Duration;
+
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table, Transactional};
+use tokio::time::Instant;
+
+use crate::support::TestDb;
+
+fn is_postgres() -> bool {
+    <Db as TestDb>::LABEL == "postgres"
+}
+
+/// `t` qualified by its schema (PostgreSQL `public`), database (MySQL) or attached database
+/// (SQLite `main`).
+async fn qualified(ctx: &Ctx<Db>, t: &str) -> String {
+    let schema = match <Db as TestDb>::LABEL {
+        "postgres" => "public".to_owned(),
+        "sqlite" => "main".to_owned(),
+        _ => sqlx::query_scalar::<_, String>("SELECT CAST(DATABASE() AS CHAR)")
+            .fetch_one(&ctx.pool)
+            .await
+            .unwrap(),
+    };
+    format!("{schema}.{t}")
+}
+
+/// Drains `rows` jobs of `t` with one runner per spelling, each on a pool of its own, and checks
+/// that every row was handled once.
+async fn drain_with(ctx: &mut Ctx<Db>, t: &str, spellings: &[(sqlx::Pool<Db>, String)]) {
+    const ROWS: usize = 400;
+    let ledger = format!("{t}_ledger");
+    ctx.exec(&format!("CREATE TABLE {ledger} (id BIGINT NOT NULL)")).await;
+    let payloads: Vec<String> = (0..ROWS).map(|i| format!("job {i}")).collect();
+    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    Table::new(t).enqueue_many(&ctx.pool, &jobs).await.unwrap();
+    let mut running = Vec::new();
+    for (pool, spelling) in spellings {
+        let queue = Queue::table(Table::new(spelling))
+            .advisory_lock()
+            .attempt("attempt")
+            .transactional()
+            .workers(4)
+            .handler(handler(&ledger));
+        running.push(
+            Runner::new(pool.clone())
+                .poll_interval(Duration::from_millis(20))
+                .mount(queue)
+                .start()
+                .await
+                .unwrap_or_else(|e| panic!("{spelling}: {e}")),
+        );
+    }
+    ctx.wait_none(t, "1 = 1", 120).await;
+    for running in running {
+        running.shutdown().await.unwrap();
+    }
+    let twice = ctx
+        .count(&format!("(SELECT id FROM {ledger} GROUP BY id HAVING COUNT(*) > 1) AS d"), "1 = 1")
+        .await;
+    let spelled: Vec<&str> = spellings.iter().map(|(_, s)| s.as_str()).collect();
+    assert_eq!(twice, 0, "rows handled twice by runners spelling the table {spelled:?}");
+    assert_eq!(ctx.count(&ledger, "1 = 1").await, ROWS as i64, "every row handled once");
+    ctx.exec(&format!("DROP TABLE {ledger}")).await;
+}
+
+fn handler(
+    ledger: &str,
+) -> impl Fn(Delivery<Db, Transactional>) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
++ Send
++ Sync
++ 'static {
+    let ledger = ledger.to_owned();
+    move |mut d: Delivery<Db, Transactional>| {
+        let ledger = ledger.clone();
+        Box::pin(async move {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {ledger} (id) VALUES ({})",
+                d.id()
+            )))
+            .execute(&mut *d.tx())
+            .await
+            .unwrap();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Outcome::ack()
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runners_spelling_one_table_differently_share_its_advisory_keys() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let spellings = vec![
+        (ctx.pool(6).await, t.clone()),
+        (ctx.pool(6).await, qualified(&ctx, &t).await),
+    ];
+    drain_with(&mut ctx, &t, &spellings).await;
+    ctx.drop_tables().await;
+}
+
+/// A schema of its own holding a table, and a pool whose sessions find it through `search_path`.
+async fn in_schema(ctx: &mut Ctx<Db>) -> (String, String, sqlx::Pool<Db>) {
+    let schema = format!("s_{}", crate::support::unique());
+    let t = format!("q_{}", crate::support::unique());
+    ctx.exec(&format!("CREATE SCHEMA {schema}")).await;
+    ctx.exec(&<Db as TestDb>::ddl(&format!("{schema}.{t}"), Spec::lease())).await;
+    let path = format!("SET search_path TO {schema}");
+    let options = sqlx::pool::PoolOptions::<Db>::new()
+        .max_connections(6)
+        .after_connect(move |conn, _| {
+            let path = path.clone();
+            Box::pin(async move {
+                sqlx::raw_sql(sqlx::AssertSqlSafe(path)).execute(conn).await?;
+                Ok(())
+            })
+        });
+    let pool = ctx.pool_with(options).await;
+    (schema, t, pool)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bare_name_resolved_through_the_search_path_shares_the_qualified_names_keys() {
+    if !is_postgres() {
+        return;
+    }
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let (schema, t, pool) = in_schema(&mut ctx).await;
+    let qualified = format!("{schema}.{t}");
+    let spellings = vec![(pool, t.clone()), (ctx.pool(6).await, qualified.clone())];
+    drain_with(&mut ctx, &qualified, &spellings).await;
+    ctx.exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_spelling_of_a_table_notifies_one_channel() {
+    if !is_postgres() {
+        return;
+    }
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let (schema, s_t, s_pool) = in_schema(&mut ctx).await;
+    let url = ctx.url.clone().expect("a URL");
+    // `Db` is PostgreSQL here; the other databases returned above.
+    let pg = |pool: &sqlx::Pool<Db>| crate::support::as_pg(pool).expect("PostgreSQL");
+    let public = pg(&ctx.pool);
+    let channel = Table::new(&t).notify_channel(&public).await.unwrap();
+    for spelling in [format!("public.{t}"), format!("\"public\".\"{t}\"")] {
+        assert_eq!(
+            Table::new(&spelling).notify_channel(&public).await.unwrap(),
+            channel,
+            "{spelling}"
+        );
+    }
+    let s_channel = Table::new(&s_t).notify_channel(&pg(&s_pool)).await.unwrap();
+    assert_eq!(
+        Table::new(format!("{schema}.{s_t}")).notify_channel(&public).await.unwrap(),
+        s_channel
+    );
+    assert_ne!(s_channel, channel, "two tables, two channels");
+
+    // An enqueue through another spelling notifies the channel a runner of the bare name hears.
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    listener.listen(&channel).await.unwrap();
+    Table::new(format!("public.{t}"))
+        .notify()
+        .enqueue(&ctx.pool, Job::new("x"))
+        .await
+        .unwrap();
+    let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await;
+    assert!(heard.is_ok(), "the enqueue through `public.{t}` notified the channel of `{t}`");
+
+    // And a runner listening as the bare name wakes at once for it (a 10 s poll otherwise).
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let queue = Queue::table(Table::new(&t)).lease("locked_until").listen_notify().handler(
+        move |d: Delivery<Db>| {
+            let _ = tx.send((d.id(), Instant::now()));
+            async { Outcome::ack() }
+        },
+    );
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_secs(10))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    recv(&mut seen, "the first job, found at start", 5).await;
+    let sent = Instant::now();
+    // Inserted by hand and notified through the qualified spelling's channel, so no wake-up of
+    // this process's own can reach the runner.
+    let qualified_channel = Table::new(format!("public.{t}")).notify_channel(&public).await.unwrap();
+    ctx.exec(&format!(
+        "INSERT INTO public.{t} (payload) VALUES ('y'); SELECT pg_notify('{qualified_channel}', '')"
+    ))
+    .await;
+    let (_, started) = recv(&mut seen, "the job woken by its notification", 5).await;
+    assert!(started - sent < Duration::from_secs(2), "woken after {:?}", started - sent);
+    running.shutdown().await.unwrap();
+    ctx.exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
+    ctx.drop_tables().await;
+}
