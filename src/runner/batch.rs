@@ -216,6 +216,7 @@ where
         Ok(results) => {
             for (&(_, outcome), result) in settlements.iter().zip(results) {
                 count_settled(q, outcome, result);
+                q.settled(outcome);
             }
         }
         Err(error) => {

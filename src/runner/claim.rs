@@ -117,6 +117,10 @@ impl Pace {
                 self.recheck = None;
                 true
             }
+            () = q.settled.notified() => {
+                self.recheck = None;
+                true
+            }
             () = tokio::time::sleep(wait) => true,
         }
     }

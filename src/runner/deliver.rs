@@ -357,6 +357,7 @@ async fn settle<DB: Backend>(
     };
     q.note_unlock();
     count_settled(q, outcome, settled);
+    q.settled(outcome);
 }
 
 /// Counts a settlement's result, and logs a failed one.

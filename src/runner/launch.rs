@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Counters, QueueReport, claim, wake};
 use crate::backend::Backend;
-use crate::delivery::{Delivery, IntoOutcome, Outcome};
+use crate::delivery::{Delivery, IntoOutcome, Outcome, Settle};
 use crate::form::FormRuntime;
 use crate::form::held::Conns;
 use crate::queue::config::QueueConfig;
@@ -49,6 +49,12 @@ pub struct QueueRuntime<DB: Backend> {
     pub(crate) abandon_extension: bool,
     pub(crate) form: FormRuntime,
     pub(crate) wake: Arc<Notify>,
+    /// Woken by this queue's own settlements that make a row claimable again (a retry, a FIFO
+    /// group's head settled, a short `retry_after` come due): the claim loop looks at once, with
+    /// no rechecks (the settlement has committed).
+    pub(crate) settled: Arc<Notify>,
+    /// FIFO groups: any settlement lets the next row of its group go.
+    pub(crate) fifo: bool,
     pub(crate) poll_interval: Duration,
     pub(crate) stop: CancellationToken,
     pub(crate) abort: CancellationToken,
@@ -100,6 +106,8 @@ impl<DB: Backend> QueueRuntime<DB> {
                 && DB::DIALECT == crate::dialect::Dialect::Sqlite,
             form,
             wake: wake::register(&config.table.name, config.name.as_deref()),
+            settled: Arc::new(Notify::new()),
+            fifo: config.fifo,
             poll_interval,
             stop,
             abort,
@@ -123,6 +131,25 @@ impl<DB: Backend> QueueRuntime<DB> {
             .take();
         if let Some(rx) = rx {
             tokio::spawn(super::acks::run(Arc::downgrade(self), rx));
+        }
+    }
+
+    /// Wakes the claim loop when a settlement by `outcome` makes a row claimable again: at once
+    /// for a retry (and any settlement of a FIFO queue, whose group's next row may go), when it
+    /// is due for a `retry_after` shorter than the poll.
+    pub(crate) fn settled(&self, outcome: Outcome) {
+        match outcome.0 {
+            Settle::Retry => self.settled.notify_one(),
+            Settle::RetryAfter(delay) if delay.is_zero() => self.settled.notify_one(),
+            Settle::RetryAfter(delay) if delay < self.poll_interval => {
+                let settled = Arc::clone(&self.settled);
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    settled.notify_one();
+                });
+            }
+            _ if self.fifo => self.settled.notify_one(),
+            _ => {}
         }
     }
 

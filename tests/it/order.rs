@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_then_due_time_then_id() {
@@ -207,5 +208,40 @@ async fn bulk_jobs_keep_their_priorities() {
     };
     assert_eq!(order, by_priority, "priority 1, then 3, then 5");
     running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_group_advances_as_each_row_settles_not_at_the_poll() {
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    let jobs: Vec<Job<'_>> = (0..10).map(|_| Job::new("x").group("mail")).collect();
+    table.enqueue_many(&ctx.pool, &jobs).await.unwrap();
+    let queue = Queue::table(table)
+        .named("mail")
+        .lease("locked_until")
+        .fifo()
+        .workers(4)
+        .handler(|_: Delivery<Db>| async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Outcome::ack()
+        });
+    let started = Instant::now();
+    // The default 1 s poll: a group that advanced only at the poll would take about 10 s.
+    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    ctx.wait_none(&t, "1 = 1", 30).await;
+    let drained = started.elapsed();
+    running.shutdown().await.unwrap();
+    crate::support::report(&format!(
+        "{}: a FIFO group of 10 rows of 20 ms with 4 workers drained in {drained:?}",
+        <Db as crate::support::TestDb>::LABEL
+    ));
+    assert!(drained < Duration::from_secs(1), "drained in {drained:?}");
     ctx.drop_tables().await;
 }
