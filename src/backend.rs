@@ -29,6 +29,9 @@ pub struct ClaimedRow {
     pub(crate) payload: Vec<u8>,
     /// The delivery's number, where the queue has an attempt column.
     pub(crate) attempt: Option<i64>,
+    /// The server session that holds the row (MySQL/MariaDB transactional row lock and advisory
+    /// claims), so a delivery cancelled at shutdown can end it.
+    pub(crate) session: Option<i64>,
 }
 
 pub(crate) type Q<DB> = Query<'static, DB, <DB as sqlx::Database>::Arguments>;
@@ -56,7 +59,8 @@ pub(crate) mod private {
             query: Q<Self>,
         ) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
 
-        /// Runs a claim, returning `(id, payload[, attempt])` rows.
+        /// Runs a claim, returning `(id, payload[, attempt][, session])` rows: the session is the
+        /// column after the others, where the claim has one.
         fn fetch_claimed(
             conn: &mut Self::Connection,
             query: Q<Self>,
@@ -133,6 +137,18 @@ pub(crate) mod private {
             Box::pin(async { Ok(None) })
         }
 
+        /// Ends the server session `session` (a delivery's, cancelled at shutdown while a statement
+        /// of its handler's may still run there), on another connection: MySQL/MariaDB only; on
+        /// PostgreSQL a delivery's session ends by itself once its connection is closed (see
+        /// `Dialect::begin_delivery`).
+        fn end_session(
+            conn: &mut Self::Connection,
+            session: i64,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+            let _ = (conn, session);
+            std::future::ready(Ok(()))
+        }
+
         /// The server's version string and its clock, where it has one apart from ours.
         fn server(
             conn: &mut Self::Connection,
@@ -194,6 +210,7 @@ macro_rules! driver_common {
             use sqlx::Row as _;
             let _gate = Self::gate(conn).await;
             let rows = query.fetch_all(conn).await?;
+            let session = 2 + usize::from(with_attempt);
             rows.iter()
                 .map(|row| {
                     Ok(ClaimedRow {
@@ -201,6 +218,11 @@ macro_rules! driver_common {
                         payload: row.try_get(1)?,
                         attempt: if with_attempt {
                             Some(row.try_get(2)?)
+                        } else {
+                            None
+                        },
+                        session: if row.len() > session {
+                            Some(row.try_get(session)?)
                         } else {
                             None
                         },
@@ -377,6 +399,21 @@ mod mysql {
                 let id = query.execute(executor).await?.last_insert_id();
                 i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))
             })
+        }
+
+        async fn end_session(conn: &mut Self::Connection, session: i64) -> Result<(), sqlx::Error> {
+            // An integer, formatted: `KILL` takes no placeholder on every server.
+            let kill = format!("KILL {session}");
+            match sqlx::raw_sql(sqlx::AssertSqlSafe(kill)).execute(conn).await {
+                // 1094: no such thread — it ended meanwhile.
+                Err(sqlx::Error::Database(error))
+                    if error.code().as_deref() == Some("HY000")
+                        && error.message().contains("Unknown thread") =>
+                {
+                    Ok(())
+                }
+                other => other.map(drop),
+            }
         }
 
         async fn server(

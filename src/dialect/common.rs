@@ -10,6 +10,9 @@ pub(crate) struct LeaseSql {
     pub(crate) extend: Stmt,
     /// `lease = NULL`, guarded: retry, and a delivery dropped unsettled.
     pub(crate) release: Stmt,
+    /// `lease = NULL` where the lease is either of two tokens: a delivery cancelled while its
+    /// extension to the second was in flight, whose outcome is unknown.
+    pub(crate) release_either: Stmt,
     /// `retry_after = at, lease = NULL`, guarded; absent without a `retry_after` column.
     pub(crate) retry_after: Option<Stmt>,
     /// ack and drop: `DELETE`, or `processed_at = now, lease = NULL`, guarded.
@@ -49,7 +52,13 @@ impl LeaseSql {
                 std::iter::once(select).chain(updates.iter()).collect()
             }
         };
-        all.extend([&self.extend, &self.release, &self.finish, &self.confirm]);
+        all.extend([
+            &self.extend,
+            &self.release,
+            &self.release_either,
+            &self.finish,
+            &self.confirm,
+        ]);
         match &self.finish_many {
             FinishMany::Returning(statements) => all.extend(statements.iter()),
             FinishMany::LockThenFinish { held, finish } => {
@@ -327,6 +336,22 @@ pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
     guarded(&mut w, n, lease);
     let release = w.finish();
 
+    let mut w = n.writer();
+    update(&mut w);
+    w.push(lease)
+        .push(" = NULL WHERE ")
+        .push(&n.id)
+        .push(" = ")
+        .param(Slot::Id)
+        .push(" AND ")
+        .push(lease)
+        .push(" IN (")
+        .param(Slot::Token)
+        .push(", ")
+        .param(Slot::NewToken)
+        .push(")");
+    let release_either = w.finish();
+
     let retry_after = n.retry_after.as_deref().map(|retry_after| {
         let mut w = n.writer();
         update(&mut w);
@@ -359,6 +384,7 @@ pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
         claim,
         extend,
         release,
+        release_either,
         retry_after,
         finish,
         confirm,

@@ -58,6 +58,9 @@ fn select_row(w: &mut SqlWriter, n: &Names) {
         w.push(", ");
         as_i64(w, attempt);
     }
+    if n.session {
+        w.push(", CAST(CONNECTION_ID() AS SIGNED)");
+    }
     w.push(" FROM ").push(&n.table);
 }
 

@@ -67,20 +67,39 @@ impl Dialect {
 
     /// What begins a delivery's transaction: at `isolation` (PostgreSQL, MySQL/MariaDB; read
     /// committed unless told), or in `mode` (SQLite; deferred unless told).
+    ///
+    /// `check_connection` (PostgreSQL 14 and later): the transaction also sets
+    /// `client_connection_check_interval`, so a statement of the handler's still running when the
+    /// runner closes the delivery's connection (a delivery cancelled at shutdown) ends within
+    /// 250 ms, and its transaction with it, instead of running on to its end.
     pub(crate) fn begin_delivery(
         self,
         isolation: Option<crate::queue::Isolation>,
         mode: Option<crate::queue::SqliteMode>,
+        check_connection: bool,
     ) -> Option<&'static str> {
         use crate::queue::{Isolation, SqliteMode};
+        macro_rules! postgres {
+            ($level:literal) => {
+                if check_connection {
+                    concat!(
+                        "BEGIN ISOLATION LEVEL ",
+                        $level,
+                        "; SET LOCAL client_connection_check_interval = 250"
+                    )
+                } else {
+                    concat!("BEGIN ISOLATION LEVEL ", $level)
+                }
+            };
+        }
         match (self, isolation, mode) {
             (Dialect::Postgres, Some(Isolation::RepeatableRead), _) => {
-                Some("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                Some(postgres!("REPEATABLE READ"))
             }
             (Dialect::Postgres, Some(Isolation::Serializable), _) => {
-                Some("BEGIN ISOLATION LEVEL SERIALIZABLE")
+                Some(postgres!("SERIALIZABLE"))
             }
-            (Dialect::Postgres, _, _) => Some("BEGIN ISOLATION LEVEL READ COMMITTED"),
+            (Dialect::Postgres, _, _) => Some(postgres!("READ COMMITTED")),
             (Dialect::MySql, Some(Isolation::RepeatableRead), _) => {
                 Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; START TRANSACTION")
             }
@@ -305,6 +324,9 @@ pub(crate) struct Names {
     pub(crate) one_group: bool,
     /// Whether enqueues send the table's notification (PostgreSQL).
     pub(crate) notify: bool,
+    /// Whether claims that hold a connection also return its server session (MySQL/MariaDB
+    /// transactional row lock and advisory queues: a delivery cancelled at shutdown ends it).
+    pub(crate) session: bool,
 }
 
 impl Names {
@@ -326,6 +348,7 @@ impl Names {
             fifo: false,
             one_group: table.group.is_some(),
             notify: table.notify,
+            session: false,
         })
     }
 
@@ -337,6 +360,9 @@ impl Names {
         }
 
         names.fifo = config.fifo;
+        names.session = dialect == Dialect::MySql
+            && config.transactional
+            && !matches!(config.form, Form::Lease { .. });
         names.one_group = names.group.is_some() && config.name.is_some();
         names.attempt = config
             .attempt

@@ -98,7 +98,26 @@ impl LeaseForm {
         id: i64,
         token: DateTime<Utc>,
     ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-        let new_token = self.clock.after(self.duration);
+        self.extend_to(conns, id, token, self.next_token()).await
+    }
+
+    /// The token an extension made now writes.
+    pub(crate) fn next_token(&self) -> DateTime<Utc> {
+        self.clock.after(self.duration)
+    }
+
+    /// Extends the lease of row `id` from `token` to `new_token` (from [`next_token`], known
+    /// before the statement is sent, so that a release can fence an extension whose outcome is
+    /// unknown).
+    ///
+    /// [`next_token`]: LeaseForm::next_token
+    pub(crate) async fn extend_to<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        token: DateTime<Utc>,
+        new_token: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
         let args = Args {
             id,
             token: Some(token),
@@ -255,6 +274,24 @@ impl LeaseForm {
             ..Args::default()
         };
         Ok(self.run(conns, &self.sql.release, &args).await? == 1)
+    }
+
+    /// Releases the lease of row `id` whether it carries `token` or `extended`, the token of an
+    /// extension whose outcome is unknown. Returns whether either was still held.
+    pub(crate) async fn release_either<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        token: DateTime<Utc>,
+        extended: DateTime<Utc>,
+    ) -> Result<bool, sqlx::Error> {
+        let args = Args {
+            id,
+            token: Some(token),
+            new_token: Some(extended),
+            ..Args::default()
+        };
+        Ok(self.run(conns, &self.sql.release_either, &args).await? == 1)
     }
 
     pub(crate) fn lost(&self, id: i64) -> Error {

@@ -86,6 +86,7 @@ where
     batches.wait().await;
     report.cancelled = q.cancelled.load(Ordering::Relaxed);
     report.released += q.cancelled_released.load(Ordering::Relaxed);
+    report.unreleased = q.cancelled_unreleased.load(Ordering::Relaxed);
     report
 }
 
@@ -168,10 +169,21 @@ where
 
     let Some(result) = result else {
         q.cancelled.fetch_add(1, Ordering::Relaxed);
-        let released = q.form.release_batch(&q.conns, &tokens, hold).await;
+        // Past the grace, the release is dropped: a connection holding the rows closes.
+        let release = q.form.release_batch(&q.conns, &tokens, hold);
+        let released = tokio::time::timeout(super::deliver::CANCEL_GRACE, release).await;
+        let released = released.unwrap_or_else(|_| {
+            q.cancelled_unreleased
+                .fetch_add(tokens.len() as u64, Ordering::Relaxed);
+            0
+        });
         q.cancelled_released.fetch_add(released, Ordering::Relaxed);
         Counters::add(&q.stats.released, released);
-        tracing::warn!("batch cancelled at the shutdown timeout; its rows were released");
+        tracing::warn!(
+            released,
+            rows = tokens.len(),
+            "batch cancelled at the shutdown timeout; its rows were released"
+        );
         return;
     };
     let mut outcomes = match result {

@@ -201,6 +201,7 @@ where
     deliveries.wait().await;
     report.cancelled = q.cancelled.load(Ordering::Relaxed);
     report.released += q.cancelled_released.load(Ordering::Relaxed);
+    report.unreleased = q.cancelled_unreleased.load(Ordering::Relaxed);
     report.keys_released = q.unlocked_after_stop.load(Ordering::Relaxed);
     report
 }
@@ -281,6 +282,7 @@ where
     QueueReport {
         cancelled: q.cancelled.load(Ordering::Relaxed),
         released: released + q.cancelled_released.load(Ordering::Relaxed),
+        unreleased: q.cancelled_unreleased.load(Ordering::Relaxed),
         keys_released: q.unlocked_after_stop.load(Ordering::Relaxed),
     }
 }

@@ -127,6 +127,8 @@ async fn run<DB, M, H>(
     let delivery = Delivery::<DB, M>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
 
     // The handler's future lives in this block only: when it ends, what it held is dropped.
+    // `extending`: the token of a lease extension in flight when the delivery was cancelled.
+    let mut extending = None;
     let result = {
         // The call itself runs inside the guard too: a handler may panic before its first await.
         let handled =
@@ -134,7 +136,7 @@ async fn run<DB, M, H>(
         tokio::pin!(handled);
         match (&q.form, &mut hold) {
             (FormRuntime::Lease(lease), Hold::Lease(token, taken)) => {
-                keep_lease(q, lease, id, token, *taken, handled).await
+                keep_lease(q, lease, id, token, *taken, &mut extending, handled).await
             }
             _ => tokio::select! {
                 biased;
@@ -142,6 +144,11 @@ async fn run<DB, M, H>(
                 () = q.abort.cancelled() => None,
             },
         }
+    };
+
+    let Some(result) = result else {
+        cancel(q, id, slot, hold, row.session, extending).await;
+        return;
     };
 
     // Take the transaction back: a delivery that escaped its handler still holds it.
@@ -163,27 +170,12 @@ async fn run<DB, M, H>(
                 if !matches!(hold, Hold::Lent) {
                     q.form.release(&q.conns, id, hold).await;
                 }
+                q.settled(Outcome::retry());
                 return;
             }
         },
     };
 
-    let Some(result) = result else {
-        // Cancelled at the shutdown timeout: the row goes back unsettled, at once.
-        q.cancelled.fetch_add(1, Ordering::Relaxed);
-        if let Some(conn) = tx {
-            let _ = restore(&q.conns, &mut hold, conn, false).await;
-        }
-        // A connection whose rollback failed was closed: the server released what it held.
-        let released = matches!(hold, Hold::Lent) || q.form.release(&q.conns, id, hold).await;
-        if released {
-            q.cancelled_released.fetch_add(1, Ordering::Relaxed);
-            Counters::add(&q.stats.released, 1);
-            q.note_unlock();
-        }
-        tracing::warn!("handler cancelled at the shutdown timeout; its row was released");
-        return;
-    };
     let outcome = match result {
         Ok(outcome) => outcome,
         Err(panic) => {
@@ -230,6 +222,97 @@ async fn run<DB, M, H>(
         }
     }
     settle(q, id, hold, outcome, lease_tx).await;
+}
+
+/// How long a delivery cancelled at the shutdown timeout waits for each statement that returns
+/// its row (a lease extension in flight, the release, ending its server session) before it gives
+/// up on it: [`Running::shutdown`](crate::Running::shutdown) returns at most twice this after the
+/// timeout.
+pub(crate) const CANCEL_GRACE: Duration = Duration::from_secs(1);
+
+/// A delivery cancelled at the shutdown timeout: its handler's future is gone, and its row goes
+/// back unsettled at once, whatever the delivery's connection is doing. A transactional delivery's
+/// connection is closed, never rolled back on (a statement of the handler's may still run there,
+/// for as long as it likes): the server rolls the transaction back. MySQL/MariaDB also end its
+/// session (`KILL`), and PostgreSQL 14+ ends it within 250 ms of the close
+/// (`client_connection_check_interval`), so a row lock or a key it held is released at once.
+async fn cancel<DB: Backend>(
+    q: &QueueRuntime<DB>,
+    id: i64,
+    slot: Option<TxSlot<DB>>,
+    hold: Hold<DB>,
+    session: Option<i64>,
+    extending: Option<DateTime<Utc>>,
+) {
+    q.cancelled.fetch_add(1, Ordering::Relaxed);
+    // Closed when dropped: it is in a transaction. A `Tx` escaped into another task keeps it
+    // until that task drops it; the session is ended below all the same.
+    let lent = slot.and_then(|slot| slot.try_lock().ok().and_then(|mut lent| lent.take()));
+    let transactional = lent.is_some();
+    drop(lent);
+    if let Some(session) = session {
+        end_session(q, session).await;
+    }
+    let released = match hold {
+        // The connection holding the row (its transaction or its key) is closed, and its session
+        // ended: the server released the row.
+        Hold::Lent => Some(true),
+        hold => {
+            let release = async {
+                match (&q.form, hold, extending) {
+                    (FormRuntime::Lease(lease), Hold::Lease(token, _), Some(extended)) => lease
+                        .release_either(&q.conns, id, token, extended)
+                        .await
+                        .unwrap_or(false),
+                    (_, hold, _) => q.form.release(&q.conns, id, hold).await,
+                }
+            };
+            // Past the grace, the release is dropped: a connection holding the row closes.
+            tokio::time::timeout(CANCEL_GRACE, release).await.ok()
+        }
+    };
+    match released {
+        Some(true) => {
+            q.cancelled_released.fetch_add(1, Ordering::Relaxed);
+            Counters::add(&q.stats.released, 1);
+            q.note_unlock();
+            tracing::warn!(
+                transactional,
+                "handler cancelled at the shutdown timeout; its row was released"
+            );
+        }
+        Some(false) => tracing::warn!(
+            "handler cancelled at the shutdown timeout; its row was no longer held (its lease \
+             lost)"
+        ),
+        None => {
+            q.cancelled_unreleased.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(
+                ?CANCEL_GRACE,
+                "handler cancelled at the shutdown timeout; its row could not be released in \
+                 time: it returns when its lease expires or its connection closes"
+            );
+        }
+    }
+}
+
+/// Ends a cancelled delivery's server session from another connection, within the grace.
+async fn end_session<DB: Backend>(q: &QueueRuntime<DB>, session: i64) {
+    let ended = tokio::time::timeout(CANCEL_GRACE, async {
+        let mut conn = q.conns.pool.acquire().await?;
+        DB::end_session(&mut conn, session).await
+    })
+    .await;
+    match ended {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(%error, session, "could not end a cancelled delivery's session")
+        }
+        Err(_) => tracing::warn!(
+            session,
+            "could not end a cancelled delivery's session in time"
+        ),
+    }
 }
 
 /// Reads row `id` whole (row mode): in the delivery's transaction where it has one, else on the
@@ -396,13 +479,15 @@ pub(super) fn count_settled<DB: Backend>(
 
 /// Awaits the handler while extending its lease every half lease (the handler is polled during
 /// an extension too, so a slow statement never stalls it). `None` when cancelled at the
-/// shutdown timeout.
+/// shutdown timeout; `extending` is then the token of an extension in flight whose outcome is
+/// unknown (it may have committed): the release fences both tokens.
 async fn keep_lease<DB: Backend>(
     q: &QueueRuntime<DB>,
     lease: &LeaseForm,
     id: i64,
     token: &mut DateTime<Utc>,
     taken: Instant,
+    extending: &mut Option<DateTime<Utc>>,
     mut handled: Pin<&mut impl Future<Output = Handled>>,
 ) -> Option<Handled> {
     let half = lease.duration / 2;
@@ -415,7 +500,8 @@ async fn keep_lease<DB: Backend>(
             () = q.abort.cancelled() => return None,
             () = tokio::time::sleep_until(next_extension), if !lost => {}
         }
-        let extension = lease.extend(&q.conns, id, *token);
+        let new_token = lease.next_token();
+        let extension = lease.extend_to(&q.conns, id, *token, new_token);
         tokio::pin!(extension);
         let mut finished = None;
         let extended = loop {
@@ -427,7 +513,16 @@ async fn keep_lease<DB: Backend>(
                     }
                     finished = Some(result);
                 }
-                () = q.abort.cancelled(), if finished.is_none() => return None,
+                () = q.abort.cancelled(), if finished.is_none() => {
+                    // The extension may commit the new token after all: learn which the row
+                    // carries, or fence both.
+                    match tokio::time::timeout(CANCEL_GRACE, &mut extension).await {
+                        Ok(Ok(Some(new_token))) => *token = new_token,
+                        Ok(Ok(None)) => {}
+                        Ok(Err(_)) | Err(_) => *extending = Some(new_token),
+                    }
+                    return None;
+                }
             }
         };
         match extended {

@@ -63,6 +63,8 @@ pub struct QueueRuntime<DB: Backend> {
     pub(crate) cancelled: AtomicU64,
     /// Of those, the ones whose row was released (the lease was still theirs).
     pub(crate) cancelled_released: AtomicU64,
+    /// Of those, the ones whose release could not be confirmed in time.
+    pub(crate) cancelled_unreleased: AtomicU64,
     /// Advisory keys released by deliveries that ended after the runner began to stop.
     pub(crate) unlocked_after_stop: AtomicU64,
     /// Where plain lease deliveries send their acknowledgements, batched (see `acks`).
@@ -72,11 +74,16 @@ pub struct QueueRuntime<DB: Backend> {
 }
 
 impl<DB: Backend> QueueRuntime<DB> {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the runner's inside is rebuilt in layers next (issue 13)"
+    )]
     pub(crate) fn new(
         pool: Pool<DB>,
         config: &QueueConfig,
         form: FormRuntime,
         poll_interval: Duration,
+        server: super::schema::Server,
         stop: CancellationToken,
         abort: CancellationToken,
         stats: Arc<Counters>,
@@ -101,7 +108,11 @@ impl<DB: Backend> QueueRuntime<DB> {
             row_sql: crate::dialect::Names::of_queue(DB::DIALECT, config)
                 .ok()
                 .map(|names| crate::dialect::row_by_id(&names)),
-            tx_begin: DB::DIALECT.begin_delivery(config.isolation, config.sqlite_mode),
+            tx_begin: DB::DIALECT.begin_delivery(
+                config.isolation,
+                config.sqlite_mode,
+                server.checks_connection,
+            ),
             abandon_extension: config.transactional
                 && DB::DIALECT == crate::dialect::Dialect::Sqlite,
             form,
@@ -114,6 +125,7 @@ impl<DB: Backend> QueueRuntime<DB> {
             stats,
             cancelled: AtomicU64::new(0),
             cancelled_released: AtomicU64::new(0),
+            cancelled_unreleased: AtomicU64::new(0),
             unlocked_after_stop: AtomicU64::new(0),
             acks,
             acks_rx: std::sync::Mutex::new(acks_rx),

@@ -138,7 +138,7 @@ impl<DB: Backend> Runner<DB> {
         let configs: Vec<_> = self.queues.iter().map(|launch| launch.config()).collect();
         schema::check_together(&self.pool, &configs)?;
         let clock = Clock::default();
-        let server_clock = schema::measure_clock(&self.pool, &clock).await?;
+        let server = schema::measure_clock(&self.pool, &clock).await?;
         let stop = CancellationToken::new();
         let abort = CancellationToken::new();
         let stats = Arc::new(Counters::default());
@@ -146,7 +146,7 @@ impl<DB: Backend> Runner<DB> {
         let mut identities = Vec::with_capacity(self.queues.len());
         for launch in self.queues {
             let (form, identity) =
-                schema::prepare(&self.pool, launch.config(), clock.clone()).await?;
+                schema::prepare(&self.pool, launch.config(), clock.clone(), server).await?;
             prepared.push((launch, form));
             identities.push(identity);
         }
@@ -183,6 +183,7 @@ impl<DB: Backend> Runner<DB> {
                     launch.config(),
                     form,
                     self.poll_interval,
+                    server,
                     stop.clone(),
                     abort.clone(),
                     Arc::clone(&stats),
@@ -190,7 +191,7 @@ impl<DB: Backend> Runner<DB> {
                 launch.spawn(runtime)
             })
             .collect();
-        let clock_task = server_clock.then(|| {
+        let clock_task = server.own_clock.then(|| {
             let (pool, stop) = (self.pool.clone(), stop.clone());
             tokio::spawn(async move {
                 loop {
@@ -248,6 +249,13 @@ impl Running {
     /// running after the runner's `shutdown_timeout`, whose rows are released unsettled), and
     /// releases rows claimed but not started. No lease or lock is left behind.
     ///
+    /// It returns at most `shutdown_timeout` plus two seconds after it is called, whatever the
+    /// handlers are blocked on: a cancelled delivery's connection is closed rather than rolled
+    /// back on (a statement of its handler's may still run there), and each statement that
+    /// returns its row (a lease extension in flight, the release, ending its server session)
+    /// gets one second. A row whose release could not be confirmed is counted in
+    /// [`ShutdownReport::unreleased`].
+    ///
     /// # Errors
     ///
     /// None today; the `Result` leaves room for failures to report.
@@ -275,6 +283,7 @@ impl Running {
             };
             report.cancelled += queue.cancelled;
             report.released += queue.released;
+            report.unreleased += queue.unreleased;
             report.keys_released += queue.keys_released;
         }
         deadline.abort();
@@ -310,6 +319,10 @@ pub struct ShutdownReport {
     pub cancelled: u64,
     /// Rows released unsettled: claimed but not started, or cancelled.
     pub released: u64,
+    /// Rows of cancelled handlers whose release could not be confirmed within the grace after
+    /// the timeout (a release blocked by another session's lock, a database that stopped
+    /// answering): each returns when its lease expires, or when the server ends its connection.
+    pub unreleased: u64,
     /// Advisory keys released by the deliveries in work when shutdown began (settled or
     /// cancelled): every key the runner held.
     pub keys_released: u64,
@@ -320,6 +333,7 @@ pub struct ShutdownReport {
 pub struct QueueReport {
     pub(crate) cancelled: u64,
     pub(crate) released: u64,
+    pub(crate) unreleased: u64,
     pub(crate) keys_released: u64,
 }
 

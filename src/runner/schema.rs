@@ -17,9 +17,19 @@ use crate::queue::Isolation;
 use crate::queue::config::{Form, QueueConfig};
 use crate::table::{DeadLetter, PayloadType, table_parts};
 
+/// What the runner learns of the server at start.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Server {
+    /// The server has a clock of its own (SQLite shares this host's).
+    pub(crate) own_clock: bool,
+    /// PostgreSQL 14 or later: a session can notice its client is gone while a statement runs
+    /// (`client_connection_check_interval`).
+    pub(crate) checks_connection: bool,
+}
+
 /// Reads the server's version (refusing servers without `SKIP LOCKED`) and corrects `clock` by
-/// the server's. Returns whether the server has a clock of its own (SQLite shares this host's).
-pub(super) async fn measure_clock<DB: Backend>(pool: &Pool<DB>, clock: &Clock) -> Result<bool> {
+/// the server's.
+pub(super) async fn measure_clock<DB: Backend>(pool: &Pool<DB>, clock: &Clock) -> Result<Server> {
     let mut conn = pool.acquire().await?;
     let sent = Utc::now();
     let (version, server_now) = DB::server(&mut conn).await?;
@@ -30,7 +40,15 @@ pub(super) async fn measure_clock<DB: Backend>(pool: &Pool<DB>, clock: &Clock) -
     if let Some(now) = server_now {
         clock.measure(sent, received, now);
     }
-    Ok(server_now.is_some())
+    let major: u32 = version
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|major| major.parse().ok())
+        .unwrap_or(0);
+    Ok(Server {
+        own_clock: server_now.is_some(),
+        checks_connection: DB::DIALECT == Dialect::Postgres && major >= 14,
+    })
 }
 
 /// MySQL 8.0.1 and MariaDB 10.6 are the first with `SKIP LOCKED`.
@@ -122,6 +140,7 @@ pub(super) async fn prepare<DB: Backend>(
     pool: &Pool<DB>,
     config: &QueueConfig,
     clock: Clock,
+    server: Server,
 ) -> Result<(FormRuntime, Identity)> {
     refuse_unworkable::<DB>(config)?;
     let names = Names::of_queue(DB::DIALECT, config)?;
@@ -181,7 +200,11 @@ pub(super) async fn prepare<DB: Backend>(
             let mut sql = dialect::row_lock(&names);
             if config.transactional {
                 // The handler's transaction is the claim's: it begins at the queue's isolation.
-                sql.begin = DB::DIALECT.begin_delivery(config.isolation, config.sqlite_mode);
+                sql.begin = DB::DIALECT.begin_delivery(
+                    config.isolation,
+                    config.sqlite_mode,
+                    server.checks_connection,
+                );
             }
             let mut statements = vec![&sql.claim, &sql.finish];
             statements.extend(sql.retry.iter().chain(&sql.retry_after));

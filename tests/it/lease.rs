@@ -440,3 +440,91 @@ async fn a_payload_that_does_not_decode_is_dead_lettered_or_dropped() {
     assert!(seen.try_recv().is_err(), "the handler saw only decoded payloads");
     ctx.drop_tables().await;
 }
+
+/// Sends once when dropped: the runner dropped the handler's future.
+struct Dropped(mpsc::UnboundedSender<()>);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        let _ = self.0.send(());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_during_a_lease_extension_releases_the_token_the_row_carries() {
+    use crate::support::TestDb;
+    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let t = ctx.table(Spec::lease()).await;
+    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let (started, mut seen) = mpsc::unbounded_channel();
+    let (dropped, mut gone) = mpsc::unbounded_channel();
+    let queue = Queue::table(jobs(&t))
+        .lease("locked_until")
+        .lease_duration(Duration::from_secs(1))
+        .handler(move |_: Delivery<Db>| {
+            let _ = started.send(tokio::time::Instant::now());
+            let guard = Dropped(dropped.clone());
+            async move {
+                let _guard = guard;
+                std::future::pending::<Outcome>().await
+            }
+        });
+    let pool = ctx.pool(4).await;
+    let running = Runner::new(pool.clone())
+        .shutdown_timeout(Duration::from_millis(200))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    let began = recv(&mut seen, "the handler's start", 10).await;
+
+    // Another session holds the row, so the extension due at half the lease waits for it.
+    let mut holder = ctx.pool.begin().await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE {t} SET payload = payload WHERE id = {id}"
+    )))
+    .execute(&mut *holder)
+    .await
+    .unwrap();
+    match <Db as TestDb>::LABEL {
+        "postgres" => {
+            let waiting = format!(
+                "(SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+                 AND query LIKE 'UPDATE \"{t}\" SET \"locked_until\"%') AS w"
+            );
+            ctx.wait_count(&waiting, "1 = 1", 1, 10).await;
+        }
+        "mysql" => {
+            let waiting = format!(
+                "(SELECT 1 FROM information_schema.PROCESSLIST \
+                 WHERE INFO LIKE 'UPDATE `{t}` SET `locked_until`%') AS w"
+            );
+            ctx.wait_count(&waiting, "1 = 1", 1, 10).await;
+        }
+        // SQLite shows no statement in flight: wait past the extension's due time instead.
+        _ => tokio::time::sleep_until(began + Duration::from_millis(800)).await,
+    }
+
+    // Shutdown cancels the handler while its extension is in flight; the extension then
+    // commits its new token once the other session lets it.
+    let shutdown = tokio::spawn(running.shutdown());
+    recv(&mut gone, "the handler cancelled", 10).await;
+    holder.rollback().await.unwrap();
+    let report = tokio::time::timeout(Duration::from_secs(10), shutdown)
+        .await
+        .expect("shutdown returns")
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (report.cancelled, report.released, report.unreleased),
+        (1, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(
+        ctx.count(&t, &format!("id = {id} AND locked_until IS NULL")).await,
+        1,
+        "no lease left behind after shutdown returned"
+    );
+    pool.close().await;
+    ctx.drop_tables().await;
+}

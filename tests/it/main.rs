@@ -14,6 +14,7 @@ include!("dead.rs");
 include!("transactional.rs");
 include!("batch.rs");
 include!("redelivery.rs");
+include!("shutdown.rs");
 
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
@@ -79,12 +80,15 @@ macro_rules! per_database {
             batch_tests!(advisory_batch, false, advisory_lock());
             redelivery_tests!(lease_redelivery, lease("locked_until"));
             redelivery_tests!(advisory_redelivery, advisory_lock());
+            shutdown_tests!(lease_shutdown, lease("locked_until"));
+            shutdown_tests!(advisory_shutdown, advisory_lock());
             $(
                 held_form_tests!($row_lock, row_lock, false);
                 dead_letter_tests!(row_lock_dead, false, $row_lock());
                 transactional_tests!(row_lock_tx, $row_lock());
                 batch_tests!(row_lock_batch, true, $row_lock());
                 redelivery_tests!(row_lock_redelivery, $row_lock());
+                shutdown_tests!(row_lock_shutdown, $row_lock());
             )?
         }
     )*};
