@@ -10,6 +10,7 @@ mod held;
 mod mysql;
 mod postgres;
 mod sqlite;
+mod types;
 
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use crate::table::{PayloadType, Table, table_parts, validate_ident};
 pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_FINISH};
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
+pub(crate) use types::{attempt_max, integer_range};
 
 /// The SQL dialect of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -297,6 +299,9 @@ pub(crate) struct Names {
     pub(crate) processed_at: Option<String>,
     pub(crate) lease: Option<String>,
     pub(crate) attempt: Option<String>,
+    /// The largest value the attempt column takes: counting an attempt stops there (read from
+    /// the catalog at start; `i64::MAX` until then).
+    pub(crate) attempt_max: i64,
     pub(crate) priority: Option<String>,
     /// One row in work per group at a time, in order (the lease form).
     pub(crate) fifo: bool,
@@ -322,6 +327,7 @@ impl Names {
             processed_at: opt(&table.processed_at)?,
             lease: None,
             attempt: None,
+            attempt_max: i64::MAX,
             priority: opt(&table.priority)?,
             fifo: false,
             one_group: table.group.is_some(),
@@ -348,6 +354,22 @@ impl Names {
 
     pub(crate) fn writer(&self) -> SqlWriter {
         SqlWriter::new(self.dialect)
+    }
+
+    /// `attempt = attempt + 1`, stopping at the column's largest value: a row whose attempt
+    /// reached it would otherwise make every statement that counts it fail ("out of range"),
+    /// and a claim fail for every row it takes with that one.
+    pub(crate) fn count_attempt(&self, w: &mut SqlWriter, attempt: &str) {
+        w.push(attempt)
+            .push(" = CASE WHEN ")
+            .push(attempt)
+            .push(" < ")
+            .push(&self.attempt_max.to_string())
+            .push(" THEN ")
+            .push(attempt)
+            .push(" + 1 ELSE ")
+            .push(attempt)
+            .push(" END");
     }
 
     /// Reads the payload column (named with `prefix`, e.g. `q.`) as bytes.

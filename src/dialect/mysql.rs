@@ -113,7 +113,8 @@ mod tests {
         let q = Queue::table(Table::new("jobs").processed_at("done_at"))
             .lease("locked_until")
             .attempt("attempt");
-        let n = Names::of_queue(Dialect::MySql, &q.config_for_tests()).unwrap();
+        let mut n = Names::of_queue(Dialect::MySql, &q.config_for_tests()).unwrap();
+        n.attempt_max = 127; // a tinyint column
         let Claim::SelectThenUpdate { select, updates } = super::lease_claim(&n, 5) else {
             panic!("MySQL claims in two statements");
         };
@@ -126,7 +127,9 @@ mod tests {
         assert_eq!(updates.len(), 4, "1, 2, 4 and 8 ids");
         assert_eq!(
             updates[1].text(),
-            "UPDATE `jobs` SET `locked_until` = ?, `attempt` = `attempt` + 1 WHERE `id` IN (?, ?)"
+            "UPDATE `jobs` SET `locked_until` = ?, \
+             `attempt` = CASE WHEN `attempt` < 127 THEN `attempt` + 1 ELSE `attempt` END \
+             WHERE `id` IN (?, ?)"
         );
         assert_eq!(Claim::update_for(&updates, 3).slots.len(), 5);
         assert_eq!(Claim::update_for(&updates, 1).slots.len(), 2);

@@ -87,13 +87,14 @@ mod tests {
             .named("mail")
             .lease("locked_until")
             .attempt("attempt");
-        let n = Names::of_queue(Dialect::Postgres, &q.config_for_tests()).unwrap();
+        let mut n = Names::of_queue(Dialect::Postgres, &q.config_for_tests()).unwrap();
+        n.attempt_max = 32_767; // a smallint column
         let Claim::Returning(stmt) = super::lease_claim(&n) else {
             panic!("PostgreSQL claims in one statement");
         };
         assert_eq!(
             stmt.text(),
-            r#"WITH claimable AS (SELECT "id" FROM "jobs" WHERE "queue" = $1 AND ("locked_until" IS NULL OR "locked_until" < $2) AND ("not_before" IS NULL OR "not_before" <= $3) ORDER BY "id" LIMIT $4 FOR UPDATE SKIP LOCKED) UPDATE "jobs" AS q SET "locked_until" = $5, "attempt" = "attempt" + 1 FROM claimable WHERE q."id" = claimable."id" RETURNING CAST(q."id" AS BIGINT), q."payload", CAST(q."attempt" AS BIGINT) - 1"#
+            r#"WITH claimable AS (SELECT "id" FROM "jobs" WHERE "queue" = $1 AND ("locked_until" IS NULL OR "locked_until" < $2) AND ("not_before" IS NULL OR "not_before" <= $3) ORDER BY "id" LIMIT $4 FOR UPDATE SKIP LOCKED) UPDATE "jobs" AS q SET "locked_until" = $5, "attempt" = CASE WHEN "attempt" < 32767 THEN "attempt" + 1 ELSE "attempt" END FROM claimable WHERE q."id" = claimable."id" RETURNING CAST(q."id" AS BIGINT), q."payload", CAST(q."attempt" AS BIGINT) - 1"#
         );
     }
 }

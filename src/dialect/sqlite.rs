@@ -59,4 +59,23 @@ mod tests {
             &[Slot::NewToken, Slot::Now, Slot::Now, Slot::Limit]
         );
     }
+
+    #[test]
+    fn the_claim_counts_the_attempt_up_to_the_largest_integer() {
+        let q = Queue::table(Table::new("jobs"))
+            .lease("locked_until")
+            .attempt("attempt");
+        let n = Names::of_queue(Dialect::Sqlite, &q.config_for_tests()).unwrap();
+        let Claim::Returning(stmt) = super::lease_claim(&n) else {
+            panic!("SQLite claims in one statement");
+        };
+        // SQLite's `attempt + 1` at the largest integer would turn the column into a REAL.
+        assert_eq!(
+            stmt.text(),
+            "UPDATE `jobs` SET `locked_until` = ?, `attempt` = CASE WHEN `attempt` < \
+             9223372036854775807 THEN `attempt` + 1 ELSE `attempt` END WHERE `id` IN \
+             (SELECT `id` FROM `jobs` WHERE (`locked_until` IS NULL OR `locked_until` < ?) \
+             ORDER BY `id` LIMIT ?) RETURNING `id`, `payload`, `attempt` - 1"
+        );
+    }
 }

@@ -67,9 +67,10 @@ pub(super) async fn prepare<DB: Backend>(
     clock: Clock,
 ) -> Result<FormRuntime> {
     refuse_unworkable::<DB>(config)?;
-    let names = Names::of_queue(DB::DIALECT, config)?;
+    let mut names = Names::of_queue(DB::DIALECT, config)?;
     let mut conn = pool.acquire().await?;
     let columns = check_columns::<DB>(&mut conn, config).await?;
+    names.attempt_max = attempt_max::<DB>(config, &columns)?;
     let dead_target = dead_target::<DB>(&mut conn, config, &columns).await?;
     let guarded = matches!(config.form, Form::Lease { .. });
     let dead = match dead_target {
@@ -173,6 +174,55 @@ pub(super) async fn prepare<DB: Backend>(
         }
     };
     Ok(form)
+}
+
+/// The largest value the queue's attempt column holds, refusing a `max_attempts` it cannot
+/// count to: the lease and advisory forms count an attempt when they take the row, so the column
+/// holds up to `max_attempts + 1`; the row lock form counts it when a retry returns the row.
+fn attempt_max<DB: Backend>(config: &QueueConfig, columns: &[Column]) -> Result<i64> {
+    let Some(column) = config.attempt.as_deref() else {
+        return Ok(i64::MAX);
+    };
+    let Some((_, ty, _)) = columns
+        .iter()
+        .find(|(name, _, _)| same_column(DB::DIALECT, name, column))
+    else {
+        return Ok(i64::MAX); // `check_columns` has refused a missing column already.
+    };
+    let max = dialect::attempt_max(DB::DIALECT, ty);
+    let Some(n) = config.max_attempts else {
+        return Ok(max);
+    };
+    let (form, stored, largest) = match config.form {
+        Form::RowLock => ("row lock", i64::from(n), max),
+        Form::Lease { .. } => ("lease", i64::from(n) + 1, max - 1),
+        Form::Advisory => ("advisory lock", i64::from(n) + 1, max - 1),
+    };
+    if stored > max {
+        let counts = if matches!(config.form, Form::RowLock) {
+            "max_attempts"
+        } else {
+            "max_attempts + 1"
+        };
+        return Err(Error::declaration(
+            config.label(),
+            format!(
+                "the attempt column `{column}` has type `{ty}`, whose largest value is {max}; the \
+                 {form} form stores up to {counts} in it, so `max_attempts` can be at most \
+                 {largest} on this column, not {n}: lower it, or widen the column"
+            ),
+        ));
+    }
+    Ok(max)
+}
+
+/// Whether two column names are the same column: PostgreSQL's quoted names are case-sensitive,
+/// MySQL's and SQLite's columns are not.
+fn same_column(dialect: Dialect, a: &str, b: &str) -> bool {
+    match dialect {
+        Dialect::Postgres => a == b,
+        Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
+    }
 }
 
 /// Checks the dead letter against the database: a group needs a group column; a table must
@@ -410,13 +460,7 @@ impl Kind {
         let ty = ty.to_ascii_lowercase();
         let ty = ty.as_str();
         match (self, dialect) {
-            (Kind::Integer, Dialect::Postgres) => matches!(ty, "smallint" | "integer" | "bigint"),
-            (Kind::Integer, Dialect::MySql) => {
-                ["tinyint", "smallint", "mediumint", "int", "bigint"]
-                    .iter()
-                    .any(|t| ty.split(['(', ' ']).next() == Some(t))
-            }
-            (Kind::Integer, Dialect::Sqlite) => ty.contains("int"),
+            (Kind::Integer, _) => dialect::integer_range(dialect, ty).is_some(),
             (Kind::Bytes, Dialect::Postgres) => ty == "bytea",
             (Kind::Bytes, Dialect::MySql) => {
                 ty.contains("blob") || ty.starts_with("binary") || ty.starts_with("varbinary")

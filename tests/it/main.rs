@@ -13,6 +13,7 @@ include!("held.rs");
 include!("dead.rs");
 include!("transactional.rs");
 include!("batch.rs");
+include!("attempts.rs");
 
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
@@ -72,11 +73,14 @@ macro_rules! per_database {
             transactional_tests!(advisory_tx, advisory_lock());
             batch_tests!(lease_batch, false, lease("locked_until"));
             batch_tests!(advisory_batch, false, advisory_lock());
+            attempt_column_tests!(lease_attempts, true, lease("locked_until"));
+            attempt_column_tests!(advisory_attempts, true, advisory_lock());
             $(
                 held_form_tests!($row_lock, row_lock, false);
                 dead_letter_tests!(row_lock_dead, false, $row_lock());
                 transactional_tests!(row_lock_tx, $row_lock());
                 batch_tests!(row_lock_batch, true, $row_lock());
+                attempt_column_tests!(row_lock_attempts, false, $row_lock());
             )?
         }
     )*};
