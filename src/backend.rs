@@ -84,11 +84,11 @@ pub(crate) mod private {
         where
             E: 'e + sqlx::Executor<'c, Database = Self>;
 
-        /// Runs a query returning three text columns (the catalog).
-        fn fetch_triples(
+        /// Runs a query returning four text columns (the catalog).
+        fn fetch_quads(
             conn: &mut Self::Connection,
             query: Q<Self>,
-        ) -> impl Future<Output = Result<Vec<(String, String, String)>, sqlx::Error>> + Send;
+        ) -> impl Future<Output = Result<Vec<[String; 4]>, sqlx::Error>> + Send;
 
         /// Runs a query, reading its first column as integers.
         fn fetch_i64s(
@@ -209,14 +209,21 @@ macro_rules! driver_common {
                 .collect()
         }
 
-        async fn fetch_triples(
+        async fn fetch_quads(
             conn: &mut Self::Connection,
             query: Q<Self>,
-        ) -> Result<Vec<(String, String, String)>, sqlx::Error> {
+        ) -> Result<Vec<[String; 4]>, sqlx::Error> {
             use sqlx::Row as _;
             let rows = query.fetch_all(conn).await?;
             rows.iter()
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                .map(|row| {
+                    Ok([
+                        row.try_get(0)?,
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get(3)?,
+                    ])
+                })
                 .collect()
         }
 

@@ -186,7 +186,7 @@ impl Table {
                     table: dialect.quote_table(dead)?,
                     columns: columns
                         .iter()
-                        .map(|(column, _, _)| dialect.quote(column))
+                        .map(|column| dialect.quote(&column.name))
                         .collect::<Result<_>>()?,
                 })
             }

@@ -160,6 +160,23 @@ impl DeadLetter {
     }
 
     /// Dead-letters into the table `name`, which has the queue table's columns.
+    ///
+    /// A row moves with every column of the queue table (the lease cleared), so
+    /// [`Runner::start`](crate::Runner::start) refuses, as an [`Error::Schema`] naming the table
+    /// and the column, a dead-letter table that could not take it:
+    ///
+    /// - a column of the queue table it lacks, or holds in another type: the same type is
+    ///   needed (spelled as the catalog spells it: `VARCHAR(64)` and `TEXT` differ), except that
+    ///   an integer type at least as wide passes (a `BIGINT` attempt column for an `INT` one),
+    ///   and on SQLite any type of the same affinity (SQLite converts values by affinity alone);
+    /// - a column that takes NULL in the queue table but not here, or that this table computes
+    ///   (a generated column, PostgreSQL's `GENERATED ALWAYS` identity);
+    /// - a `NOT NULL` column of its own without a default. Columns of its own that fill
+    ///   themselves — a default, a serial or identity, `AUTO_INCREMENT`, SQLite's rowid alias —
+    ///   are fine, say a key of its own and the time the row died.
+    ///
+    /// `CREATE TABLE jobs_dead (LIKE jobs)` (PostgreSQL) and `CREATE TABLE jobs_dead LIKE jobs`
+    /// (MySQL/MariaDB) make one.
     pub fn table(name: impl Into<String>) -> Self {
         DeadLetter::Table(name.into())
     }

@@ -24,7 +24,7 @@ use crate::table::{PayloadType, Table, table_parts, validate_ident};
 pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_FINISH};
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
-pub(crate) use types::{attempt_max, integer_range};
+pub(crate) use types::{attempt_max, holds, integer_range};
 
 /// The SQL dialect of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,11 +3,15 @@
 use super::common::{claimable, lease_set, order};
 use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
 
-/// The columns of a table, their types and whether they take NULL; binds the schema (NULL: the current database) and
-/// the table name.
+/// The columns of a table: name, type, `YES` when it takes NULL, and how an insert that leaves
+/// it out fills it (`generated`, `default` — a default or `AUTO_INCREMENT` —, or empty). Binds
+/// the schema (NULL: the current database) and the table name. MariaDB's generation expression
+/// is NULL on other columns, MySQL's empty.
 pub(super) const CATALOG: &str = "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), \
-     CAST(IS_NULLABLE AS CHAR) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) \
-     AND TABLE_NAME = ?";
+     CAST(IS_NULLABLE AS CHAR), CAST(CASE WHEN COALESCE(GENERATION_EXPRESSION, '') <> '' \
+     THEN 'generated' WHEN COLUMN_DEFAULT IS NOT NULL OR EXTRA LIKE '%auto_increment%' \
+     THEN 'default' ELSE '' END AS CHAR) FROM information_schema.COLUMNS \
+     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
 
 /// Starts a claim's transaction at READ COMMITTED in one round trip, so the locking read takes
 /// no gap locks that would block inserts.

@@ -3,10 +3,16 @@
 use super::common::{claimable, lease_set, order};
 use super::{Claim, Names, Slot, SqlWriter, Stmt};
 
-/// The columns of a table, their types and whether they take NULL, by the table's quoted (possibly qualified) name, so
-/// the search path and quoting resolve it as every other statement does.
+/// The columns of a table: name, type, `YES` when it takes NULL, and how an insert that leaves
+/// it out fills it (`generated`: a generated or `GENERATED ALWAYS` identity column, which refuses
+/// a value; `default`: a default, serial or identity; empty: NULL or nothing). Binds the table's
+/// quoted (possibly qualified) name, so the search path and quoting resolve it as every other
+/// statement does.
 pub(super) const CATALOG: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
-     CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+     CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END, \
+     CASE WHEN a.attgenerated <> '' OR a.attidentity = 'a' THEN 'generated' \
+     WHEN a.atthasdef OR a.attidentity = 'd' THEN 'default' ELSE '' END \
+     FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
      AND NOT a.attisdropped";
 
 /// One statement: the claimable ids, locked and skipped when locked elsewhere, then the update.

@@ -3,10 +3,15 @@
 use super::common::{claimable, lease_set, order};
 use super::{Claim, Names, Slot};
 
-/// The columns of a table, their declared types and whether they take NULL; binds the table name, then the schema
-/// (NULL: every attached database, `main` first).
-pub(super) const CATALOG: &str = "SELECT name, type, CASE WHEN \"notnull\" = 0 AND pk = 0 THEN 'YES' \
-     ELSE 'NO' END FROM pragma_table_info(?, ?)";
+/// The columns of a table: name, declared type, `YES` when it takes NULL, and how an insert that
+/// leaves it out fills it (`default`: a default, or the rowid alias — the one `INTEGER PRIMARY
+/// KEY` column —; empty: NULL or nothing). Binds the table name, then the schema (NULL: every
+/// attached database, `main` first), twice. Generated columns are not listed (`table_info` hides
+/// them), and so are neither copied nor checked.
+pub(super) const CATALOG: &str = "SELECT name, type, CASE WHEN \"notnull\" = 0 AND pk = 0 \
+     THEN 'YES' ELSE 'NO' END, CASE WHEN dflt_value IS NOT NULL THEN 'default' \
+     WHEN pk = 1 AND lower(type) = 'integer' AND (SELECT COUNT(*) FROM pragma_table_info(?, ?) \
+     WHERE pk > 0) = 1 THEN 'default' ELSE '' END FROM pragma_table_info(?, ?)";
 
 /// SQLite has one writer: the claim is one `UPDATE .. WHERE id IN (SELECT .. LIMIT n)
 /// RETURNING ..`, atomic without row locks.

@@ -183,10 +183,7 @@ fn attempt_max<DB: Backend>(config: &QueueConfig, columns: &[Column]) -> Result<
     let Some(column) = config.attempt.as_deref() else {
         return Ok(i64::MAX);
     };
-    let Some((_, ty, _)) = columns
-        .iter()
-        .find(|(name, _, _)| same_column(DB::DIALECT, name, column))
-    else {
+    let Some(Column { ty, .. }) = find_column(DB::DIALECT, columns, column) else {
         return Ok(i64::MAX); // `check_columns` has refused a missing column already.
     };
     let max = dialect::attempt_max(DB::DIALECT, ty);
@@ -226,7 +223,8 @@ fn same_column(dialect: Dialect, a: &str, b: &str) -> bool {
 }
 
 /// Checks the dead letter against the database: a group needs a group column; a table must
-/// exist and have every column of the queue table.
+/// exist, have every column of the queue table and take the rows moved into it
+/// ([`dead_table::check`](super::dead_table::check)).
 async fn dead_target<DB: Backend>(
     conn: &mut DB::Connection,
     config: &QueueConfig,
@@ -256,27 +254,23 @@ async fn dead_target<DB: Backend>(
             if dead_columns.is_empty() {
                 return Err(missing(None, "the dead-letter table does not exist"));
             }
-            let same_name = |a: &str, b: &str| match dialect {
-                Dialect::Postgres => a == b,
-                Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
-            };
-            for (column, _, _) in columns {
-                let Some((_, ty, _)) = dead_columns
-                    .iter()
-                    .find(|(name, _, _)| same_name(name, column))
+            for column in columns {
+                let Some(Column { ty, .. }) = find_column(dialect, &dead_columns, &column.name)
                 else {
                     return Err(missing(
-                        Some(column),
+                        Some(&column.name),
                         "the dead-letter table lacks a column of the queue table",
                     ));
                 };
                 // The payload moves as it is: the dead letter's column must hold the same kind.
                 let payload = Kind::payload(config.table.payload_type);
-                if same_name(column, &config.table.payload) && !payload.accepts(dialect, ty) {
+                if same_column(dialect, &column.name, &config.table.payload)
+                    && !payload.accepts(dialect, ty)
+                {
                     return Err(Error::schema(
                         config.label(),
                         dead,
-                        Some(column),
+                        Some(&column.name),
                         format!(
                             "the dead-letter table's payload column has type `{ty}`; like the \
                              queue's, on {} it needs {}",
@@ -286,9 +280,12 @@ async fn dead_target<DB: Backend>(
                     ));
                 }
             }
+            super::dead_table::check(dialect, columns, &dead_columns).map_err(
+                |(column, reason)| Error::schema(config.label(), dead, Some(&column), reason),
+            )?;
             let columns = columns
                 .iter()
-                .map(|(column, _, _)| dialect.quote(column))
+                .map(|column| dialect.quote(&column.name))
                 .collect::<Result<_>>()?;
             let table = dialect.quote_table(dead)?;
             Ok(Some((DeadTarget::Table { table, columns }, None)))
@@ -527,8 +524,53 @@ impl Kind {
     }
 }
 
-/// A column of a table: its name, its type, and `YES` when it takes NULL.
-pub(crate) type Column = (String, String, String);
+/// A column of a table, as the catalog describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Column {
+    pub(crate) name: String,
+    /// The type as the catalog writes it (SQLite: as declared).
+    pub(crate) ty: String,
+    pub(crate) nullable: bool,
+    pub(crate) fill: Fill,
+}
+
+/// What an insert that leaves a column out writes into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// Nothing: NULL where the column takes it, else the insert fails.
+    Nothing,
+    /// Its default (a serial, identity by default, `AUTO_INCREMENT` or SQLite rowid alias too).
+    Default,
+    /// A value the database computes, and which refuses one given: a generated column, or
+    /// PostgreSQL's `GENERATED ALWAYS` identity.
+    Generated,
+}
+
+impl Column {
+    fn from_catalog([name, ty, nullable, fill]: [String; 4]) -> Self {
+        Column {
+            name,
+            ty,
+            nullable: nullable == "YES",
+            fill: match fill.as_str() {
+                "generated" => Fill::Generated,
+                "default" => Fill::Default,
+                _ => Fill::Nothing,
+            },
+        }
+    }
+}
+
+/// The column of `columns` named `name`.
+pub(super) fn find_column<'a>(
+    dialect: Dialect,
+    columns: &'a [Column],
+    name: &str,
+) -> Option<&'a Column> {
+    columns
+        .iter()
+        .find(|column| same_column(dialect, &column.name, name))
+}
 
 /// Reads a table's columns from the catalog (none when the table does not exist).
 pub(crate) async fn read_catalog<DB: Backend>(
@@ -540,10 +582,11 @@ pub(crate) async fn read_catalog<DB: Backend>(
     let values = match DB::DIALECT {
         Dialect::Postgres => vec![Value::Text(Some(&quoted))],
         Dialect::MySql => vec![Value::Text(schema), Value::Text(Some(bare))],
-        Dialect::Sqlite => vec![Value::Text(Some(bare)), Value::Text(schema)],
+        Dialect::Sqlite => [Value::Text(Some(bare)), Value::Text(schema)].repeat(2),
     };
     let sql = SqlStr::from_static(dialect::catalog(DB::DIALECT));
-    Ok(DB::fetch_triples(conn, query_values::<DB>(sql, &values)).await?)
+    let rows = DB::fetch_quads(conn, query_values::<DB>(sql, &values)).await?;
+    Ok(rows.into_iter().map(Column::from_catalog).collect())
 }
 
 /// Reads the table's columns from the catalog and checks each role's column and type.
@@ -584,13 +627,8 @@ async fn check_columns<DB: Backend>(
         roles.push(("lease", column, Kind::Time));
     }
 
-    // PostgreSQL's quoted names are case-sensitive; MySQL's and SQLite's columns are not.
-    let same = |a: &str, b: &str| match DB::DIALECT {
-        Dialect::Postgres => a == b,
-        Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
-    };
     for (role, column, kind) in roles {
-        let Some((_, ty, nullable)) = columns.iter().find(|(name, _, _)| same(name, column)) else {
+        let Some(Column { ty, nullable, .. }) = find_column(DB::DIALECT, &columns, column) else {
             return Err(schema_error(
                 Some(column),
                 format!("the {role} column does not exist"),
@@ -609,13 +647,13 @@ async fn check_columns<DB: Backend>(
         // Time roles are NULL until set; payload and attempt are read as values.
         let needs_null = matches!(kind, Kind::Time);
         let needs_value = matches!(role, "payload" | "attempt");
-        if needs_null && nullable != "YES" {
+        if needs_null && !nullable {
             return Err(schema_error(
                 Some(column),
                 format!("the {role} column must take NULL (NULL means not set)"),
             ));
         }
-        if needs_value && nullable == "YES" {
+        if needs_value && *nullable {
             return Err(schema_error(
                 Some(column),
                 format!("the {role} column must be NOT NULL"),

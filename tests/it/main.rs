@@ -66,6 +66,10 @@ macro_rules! per_database {
                 use super::*;
                 include!("rows.rs");
             }
+            mod dead_table {
+                use super::*;
+                include!("dead_table.rs");
+            }
             held_form_tests!(advisory, advisory_lock, true);
             dead_letter_tests!(lease_dead, true, lease("locked_until"));
             dead_letter_tests!(advisory_dead, true, advisory_lock());
