@@ -5,6 +5,7 @@
 //! servers in `tests/`. Every statement is rendered once, when a queue starts.
 
 mod common;
+mod custom;
 mod dead;
 mod held;
 mod mysql;
@@ -22,6 +23,7 @@ use crate::queue::config::{Form, QueueConfig};
 use crate::table::{PayloadType, Table, table_parts, validate_ident};
 
 pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_FINISH};
+pub(crate) use custom::custom;
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
 pub(crate) use types::{attempt_max, holds, integer_range};
@@ -444,66 +446,6 @@ pub(crate) fn catalog(dialect: Dialect) -> &'static str {
     }
 }
 
-/// Renders a service's own settlement statement: its markers `:id`, `:token`, `:at`, `:dead`,
-/// `:now` and `:group` become this dialect's placeholders, bound with the settlement's values.
-/// Text in quotes and PostgreSQL's `::` casts are left alone.
-///
-/// # Errors
-///
-/// An unknown marker, named.
-pub(crate) fn custom(dialect: Dialect, sql: &str) -> std::result::Result<Stmt, String> {
-    let mut w = SqlWriter::new(dialect);
-    let mut chars = sql.char_indices().peekable();
-    let mut quote: Option<char> = None;
-    let mut start = 0;
-    while let Some((i, c)) = chars.next() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"' | '`') => quote = Some(c),
-            (None, ':') if chars.peek().is_some_and(|(_, next)| *next == ':') => {
-                chars.next();
-            }
-            (None, ':')
-                if chars
-                    .peek()
-                    .is_some_and(|(_, next)| next.is_ascii_alphabetic()) =>
-            {
-                w.push(&sql[start..i]);
-                let name_start = i + 1;
-                let mut end = name_start;
-                while let Some(&(j, next)) = chars.peek() {
-                    if next.is_ascii_alphanumeric() || next == '_' {
-                        end = j + next.len_utf8();
-                        chars.next();
-                    } else {
-                        break;
-                    }
-                }
-                let slot = match &sql[name_start..end] {
-                    "id" => Slot::Id,
-                    "token" => Slot::Token,
-                    "at" => Slot::At,
-                    "dead" => Slot::DeadGroup,
-                    "now" => Slot::Now,
-                    "group" => Slot::Group,
-                    other => {
-                        return Err(format!(
-                            "unknown marker `:{other}` (the markers are :id, :token, :at, :dead, \
-                             :now and :group)"
-                        ));
-                    }
-                };
-                w.param(slot);
-                start = end;
-            }
-            _ => {}
-        }
-    }
-    w.push(&sql[start..]);
-    Ok(w.finish())
-}
-
 /// How a claim is made.
 #[derive(Debug, Clone)]
 pub(crate) enum Claim {
@@ -569,22 +511,6 @@ mod tests {
         let stmt = w.finish();
         assert_eq!(stmt.text(), "a = ? AND b = ?");
         assert_eq!(&*stmt.slots, &[Slot::Id, Slot::Token]);
-    }
-
-    #[test]
-    fn custom_statements_bind_their_markers() {
-        let sql =
-            "UPDATE jobs SET done_at = :now, note = 'at :id' WHERE id = :id AND x::text <> ':dead'";
-        let stmt = custom(Dialect::Postgres, sql).unwrap();
-        assert_eq!(
-            stmt.text(),
-            "UPDATE jobs SET done_at = $1, note = 'at :id' WHERE id = $2 AND x::text <> ':dead'"
-        );
-        assert_eq!(&*stmt.slots, &[Slot::Now, Slot::Id]);
-        let stmt = custom(Dialect::MySql, "DELETE FROM `a:b` WHERE id = :id").unwrap();
-        assert_eq!(stmt.text(), "DELETE FROM `a:b` WHERE id = ?");
-        let error = custom(Dialect::Sqlite, "DELETE FROM jobs WHERE id = :ident").unwrap_err();
-        assert!(error.contains(":ident"), "{error}");
     }
 
     #[test]

@@ -291,8 +291,12 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// `:at` (the `retry_after` time of a retry_after), `:dead` (the dead-letter group), `:now`
     /// and `:group` (the queue's group), each bound as a parameter. It replaces the crate's
     /// statement entirely: an ack should delete or mark the row, and in the lease form a retry
-    /// should clear the lease, or the row stays held until its lease expires. A statement that
-    /// cannot be rendered or prepared is an error at [`Runner::start`](crate::Runner::start).
+    /// should clear the lease, or the row stays held until its lease expires. It is one
+    /// statement (one trailing `;` is dropped); a `;` or a marker inside a string, a quoted name
+    /// or a comment is text. A second statement, an unknown marker, or a statement the database
+    /// will not prepare is an error at [`Runner::start`](crate::Runner::start)
+    /// ([`Error::Declaration`](crate::Error::Declaration) naming the event, or
+    /// [`Error::Schema`](crate::Error::Schema)).
     ///
     /// # Examples
     ///

@@ -70,6 +70,10 @@ macro_rules! per_database {
                 use super::*;
                 include!("dead_table.rs");
             }
+            mod custom_sql {
+                use super::*;
+                include!("custom_sql.rs");
+            }
             held_form_tests!(advisory, advisory_lock, true);
             dead_letter_tests!(lease_dead, true, lease("locked_until"));
             dead_letter_tests!(advisory_dead, true, advisory_lock());
