@@ -181,7 +181,7 @@ impl Table {
             }
             Some(DeadLetter::Group(_)) => Some(DeadTarget::Group),
             Some(DeadLetter::Table(dead)) => {
-                let columns = read_catalog::<DB>(conn, &self.name).await?;
+                let columns = read_catalog::<DB>(conn, &self.name, &self.name).await?;
                 Some(DeadTarget::Table {
                     table: dialect.quote_table(dead)?,
                     columns: columns

@@ -9,7 +9,10 @@ use crate::error::{Error, Result};
 /// at the first enqueue), so a bad name is an [`Error::Identifier`], never SQL.
 ///
 /// A table name may be schema-qualified (`"jobs.signups"`: schema `jobs`, table `signups`; on
-/// MySQL/MariaDB the first part is the database).
+/// MySQL/MariaDB the first part is the database, on SQLite the attached database: `main.jobs`,
+/// and a name that is not attached, such as PostgreSQL's `public`, is an
+/// [`Error::Schema`](crate::Error::Schema) that says so). MySQL/MariaDB names hold characters of
+/// the Basic Multilingual Plane only.
 ///
 /// # Examples
 ///
@@ -71,6 +74,14 @@ impl Table {
     /// for JSON valid JSON (PostgreSQL and MySQL/MariaDB check it; SQLite does not). On
     /// MySQL/MariaDB a text column should be `utf8mb4`: text is read as UTF-8 from any character
     /// set, but a character the column's set lacks is refused by the database at enqueue.
+    ///
+    /// A declaration that does not match the column is an [`Error::Schema`] at
+    /// [`Runner::start`](crate::Runner::start), but not at enqueue, which has only the caller's
+    /// connection for one statement. There a bytes job (`PayloadType::Bytes`, the default) in a
+    /// text column fares as the database makes it: PostgreSQL stores the bytes' hex text
+    /// (`\x706c..`, by an assignment cast), MySQL/MariaDB store bytes that are UTF-8 as text and
+    /// refuse others ("Incorrect string value"), SQLite stores a `BLOB` value in the `TEXT`
+    /// column.
     ///
     /// ```
     /// use sqlx_queue::{PayloadType, Table};

@@ -39,6 +39,7 @@ pub enum Dialect {
 impl Dialect {
     /// Validates `ident` and quotes it in this dialect's way.
     pub(crate) fn quote(self, ident: &str) -> Result<String> {
+        self.refuse_characters(ident)?;
         validate_ident(ident)?;
         match self {
             Dialect::Postgres if ident.len() > 63 => Err(Error::Identifier {
@@ -55,8 +56,22 @@ impl Dialect {
         }
     }
 
+    /// Refuses characters this database's identifiers cannot hold (before the checks of every
+    /// database, which refuse emoji with a reason of their own).
+    fn refuse_characters(self, name: &str) -> Result<()> {
+        if self == Dialect::MySql && name.chars().any(|c| c > '\u{FFFF}') {
+            return Err(Error::Identifier {
+                name: name.to_owned(),
+                reason: "MySQL/MariaDB identifiers hold characters of the Basic Multilingual \
+                         Plane only (U+0001 to U+FFFF): no emoji, no letters beyond it",
+            });
+        }
+        Ok(())
+    }
+
     /// Validates and quotes a possibly schema-qualified table name.
     pub(crate) fn quote_table(self, name: &str) -> Result<String> {
+        self.refuse_characters(name)?;
         match table_parts(name)? {
             (None, table) => self.quote(table),
             (Some(schema), table) => Ok(format!("{}.{}", self.quote(schema)?, self.quote(table)?)),
@@ -195,6 +210,17 @@ pub enum Value<'a> {
     Bytes(&'a [u8]),
     Text(Option<&'a str>),
     Time(Option<DateTime<Utc>>),
+}
+
+impl Value<'_> {
+    /// About how many bytes the value takes in a statement sent to the server.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Value::I64(_) | Value::Time(_) => 8,
+            Value::Bytes(bytes) => bytes.len(),
+            Value::Text(text) => text.map_or(0, str::len),
+        }
+    }
 }
 
 impl<'a> Args<'a> {
@@ -437,6 +463,18 @@ pub(crate) fn mysql_begin() -> &'static str {
     mysql::BEGIN_READ_COMMITTED
 }
 
+/// SQLite's query for the names of its attached databases, one a line.
+pub(crate) fn sqlite_attached() -> &'static str {
+    sqlite::ATTACHED
+}
+
+/// Why SQLite finds no table `schema.table`: it qualifies tables by attached database, not by
+/// schema. `attached` lists the attached databases, where they are known (else `schema` may be
+/// attached but lack the table).
+pub(crate) fn sqlite_qualified(schema: &str, table: &str, attached: Option<&[&str]>) -> String {
+    sqlite::qualified(schema, table, attached)
+}
+
 /// Renders the catalog query that lists a table's columns and their types.
 pub(crate) fn catalog(dialect: Dialect) -> &'static str {
     match dialect {
@@ -493,6 +531,19 @@ mod tests {
         Dialect::Postgres.quote(&"j".repeat(63)).unwrap();
         assert!(Dialect::MySql.quote(&"j".repeat(65)).is_err());
         Dialect::Sqlite.quote(&long).unwrap();
+    }
+
+    #[test]
+    fn mysql_refuses_characters_beyond_the_basic_multilingual_plane() {
+        for name in ["jobs_\u{20000}", "jobs_\u{1D4B3}", "jobs_\u{1F980}"] {
+            let Err(Error::Identifier { reason, .. }) = Dialect::MySql.quote(name) else {
+                panic!("{name} quoted");
+            };
+            assert!(reason.contains("Basic Multilingual Plane"), "{reason}");
+        }
+        Dialect::MySql.quote("jobs_\u{4E2D}\u{E9}").unwrap();
+        Dialect::Postgres.quote("jobs_\u{20000}").unwrap();
+        Dialect::Sqlite.quote("jobs_\u{20000}").unwrap();
     }
 
     #[test]

@@ -13,6 +13,32 @@ pub(super) const CATALOG: &str = "SELECT name, type, CASE WHEN \"notnull\" = 0 A
      WHEN pk = 1 AND lower(type) = 'integer' AND (SELECT COUNT(*) FROM pragma_table_info(?, ?) \
      WHERE pk > 0) = 1 THEN 'default' ELSE '' END FROM pragma_table_info(?, ?)";
 
+/// The names of the attached databases (`main`, `temp`, and those ATTACHed), one a line.
+pub(super) const ATTACHED: &str = "SELECT group_concat(name, char(10)) FROM pragma_database_list";
+
+pub(super) fn qualified(schema: &str, table: &str, attached: Option<&[&str]>) -> String {
+    let how = format!(
+        "SQLite qualifies a table by the attached database it is in (`main.{table}`, \
+         `temp.{table}`, or the name a database was ATTACHed as), not by a schema as PostgreSQL \
+         does"
+    );
+    match attached {
+        Some([]) => format!(
+            "{how}: `{schema}` is not an attached database; write `{table}` or `main.{table}`"
+        ),
+        Some(attached) => format!(
+            "{how}: `{schema}` is not an attached database (attached: {}); write `{table}` or \
+             `main.{table}`",
+            attached.join(", ")
+        ),
+        None => format!(
+            "no table `{table}` in a database attached as `{schema}`; {how}: unless a database \
+             was attached as `{schema}`, it is not an attached database; write `{table}` or \
+             `main.{table}`"
+        ),
+    }
+}
+
 /// SQLite has one writer: the claim is one `UPDATE .. WHERE id IN (SELECT .. LIMIT n)
 /// RETURNING ..`, atomic without row locks.
 pub(super) fn lease_claim(n: &Names) -> Claim {

@@ -247,7 +247,7 @@ async fn dead_target<DB: Backend>(
             Ok(Some((DeadTarget::Group, Some(Arc::from(group.as_str())))))
         }
         Some(DeadLetter::Table(dead)) => {
-            let dead_columns = read_catalog::<DB>(conn, dead).await?;
+            let dead_columns = read_catalog::<DB>(conn, config.label(), dead).await?;
             let missing = |column: Option<&str>, reason: &str| {
                 Error::schema(config.label(), dead, column, reason)
             };
@@ -572,13 +572,30 @@ pub(super) fn find_column<'a>(
         .find(|column| same_column(dialect, &column.name, name))
 }
 
-/// Reads a table's columns from the catalog (none when the table does not exist).
+/// Reads a table's columns from the catalog (none when the table does not exist). On SQLite, a
+/// table qualified by a name that is not an attached database (`public.jobs`, written as on
+/// PostgreSQL) is an [`Error::Schema`] that says so, for `queue`.
 pub(crate) async fn read_catalog<DB: Backend>(
     conn: &mut DB::Connection,
+    queue: &str,
     table: &str,
 ) -> Result<Vec<Column>> {
     let quoted = DB::DIALECT.quote_table(table)?;
     let (schema, bare) = table_parts(table)?;
+    if let (Dialect::Sqlite, Some(schema)) = (DB::DIALECT, schema) {
+        let list = SqlStr::from_static(dialect::sqlite_attached());
+        let attached = DB::fetch_text(conn, query_values::<DB>(list, &[]))
+            .await?
+            .unwrap_or_default();
+        let attached: Vec<&str> = attached.lines().collect();
+        if !attached
+            .iter()
+            .any(|name| name.eq_ignore_ascii_case(schema))
+        {
+            let reason = dialect::sqlite_qualified(schema, bare, Some(&attached));
+            return Err(Error::schema(queue, table, None, reason));
+        }
+    }
     let values = match DB::DIALECT {
         Dialect::Postgres => vec![Value::Text(Some(&quoted))],
         Dialect::MySql => vec![Value::Text(schema), Value::Text(Some(bare))],
@@ -595,7 +612,7 @@ async fn check_columns<DB: Backend>(
     config: &QueueConfig,
 ) -> Result<Vec<Column>> {
     let table = &config.table;
-    let columns = read_catalog::<DB>(conn, &table.name).await?;
+    let columns = read_catalog::<DB>(conn, config.label(), &table.name).await?;
     let schema_error = |column: Option<&str>, reason: String| {
         Error::schema(config.label(), &table.name, column, reason)
     };

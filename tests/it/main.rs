@@ -74,6 +74,10 @@ macro_rules! per_database {
                 use super::*;
                 include!("custom_sql.rs");
             }
+            mod refusals {
+                use super::*;
+                include!("refusals.rs");
+            }
             held_form_tests!(advisory, advisory_lock, true);
             dead_letter_tests!(lease_dead, true, lease("locked_until"));
             dead_letter_tests!(advisory_dead, true, advisory_lock());
