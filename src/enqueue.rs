@@ -369,8 +369,9 @@ impl Table {
 
 #[cfg(all(test, feature = "mysql"))]
 mod tests {
-    use super::*;
     use crate::backend::private::Driver as _;
+    use crate::error::Error;
+    use crate::table::Table;
 
     #[test]
     fn a_statement_larger_than_any_max_allowed_packet_is_not_sent() {
