@@ -88,11 +88,11 @@ pub(crate) mod private {
         where
             E: 'e + sqlx::Executor<'c, Database = Self>;
 
-        /// Runs a query returning three text columns (the catalog).
-        fn fetch_triples(
+        /// Runs a query returning four text columns (the catalog).
+        fn fetch_quads(
             conn: &mut Self::Connection,
             query: Q<Self>,
-        ) -> impl Future<Output = Result<Vec<(String, String, String)>, sqlx::Error>> + Send;
+        ) -> impl Future<Output = Result<Vec<[String; 4]>, sqlx::Error>> + Send;
 
         /// Runs a query, reading its first column as integers.
         fn fetch_i64s(
@@ -118,6 +118,13 @@ pub(crate) mod private {
             conn: &mut Self::Connection,
             query: Q<Self>,
         ) -> impl Future<Output = Result<Option<String>, sqlx::Error>> + Send;
+
+        /// The server setting `error` says a statement of `bytes` bytes exceeded, if it says so
+        /// (MySQL/MariaDB's `max_allowed_packet`).
+        fn too_large(error: &sqlx::Error, bytes: usize) -> Option<&'static str> {
+            let _ = (error, bytes);
+            None
+        }
 
         /// Prepares a statement, so the server checks it.
         fn prepare(
@@ -231,14 +238,21 @@ macro_rules! driver_common {
                 .collect()
         }
 
-        async fn fetch_triples(
+        async fn fetch_quads(
             conn: &mut Self::Connection,
             query: Q<Self>,
-        ) -> Result<Vec<(String, String, String)>, sqlx::Error> {
+        ) -> Result<Vec<[String; 4]>, sqlx::Error> {
             use sqlx::Row as _;
             let rows = query.fetch_all(conn).await?;
             rows.iter()
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?, row.try_get(2)?)))
+                .map(|row| {
+                    Ok([
+                        row.try_get(0)?,
+                        row.try_get(1)?,
+                        row.try_get(2)?,
+                        row.try_get(3)?,
+                    ])
+                })
                 .collect()
         }
 
@@ -380,6 +394,32 @@ mod mysql {
         const DIALECT: Dialect = Dialect::MySql;
 
         driver_common!();
+
+        /// Error 1153 ("Got a packet bigger than 'max_allowed_packet' bytes") when the server's
+        /// answer arrives before it closes the connection; else the connection breaks while the
+        /// statement is sent, which is taken for the same cause from 1 MiB on (no server takes
+        /// less than 1 KiB, hardly any less than 1 MiB; below that a broken connection is more
+        /// likely something else, and is reported as it is).
+        fn too_large(error: &sqlx::Error, bytes: usize) -> Option<&'static str> {
+            use std::io::ErrorKind;
+            let too_large = match error {
+                sqlx::Error::Database(e) => e
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .is_some_and(|e| e.number() == 1153),
+                sqlx::Error::Io(e) => {
+                    bytes >= 1 << 20
+                        && matches!(
+                            e.kind(),
+                            ErrorKind::ConnectionReset
+                                | ErrorKind::ConnectionAborted
+                                | ErrorKind::BrokenPipe
+                                | ErrorKind::UnexpectedEof
+                        )
+                }
+                _ => false,
+            };
+            too_large.then_some("max_allowed_packet")
+        }
 
         async fn prepare(conn: &mut Self::Connection, sql: &Stmt) -> Result<(), sqlx::Error> {
             use sqlx::Executor as _;

@@ -10,14 +10,17 @@ use sqlx::{AssertSqlSafe, Executor, SqlSafeStr as _};
 
 use crate::backend::{Backend, query, query_values};
 use crate::dialect::{self, Args, Dialect, EnqueueSql, Names, Value};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, SchemaError};
 use crate::form::Clock;
 use crate::runner::wake;
-use crate::table::{PayloadType, Table};
+use crate::table::{PayloadType, Table, table_parts};
 
 /// Statements of a bulk enqueue take at most this many bound values (every database allows
 /// more than 30,000).
 const MAX_VALUES: usize = 30_000;
+
+/// The largest `max_allowed_packet` of MySQL/MariaDB: 1 GiB.
+const MYSQL_MAX_PACKET: usize = 1 << 30;
 
 /// The enqueue statement of each table and database, rendered once.
 static RENDERED: Mutex<Option<Rendered>> = Mutex::new(None);
@@ -144,9 +147,13 @@ impl Table {
     ///
     /// # Errors
     ///
-    /// [`Error::Identifier`] for a name that cannot be quoted; [`Error::Declaration`] for a job
-    /// the table cannot hold (no group on a table with a group column, a group or a delay the
-    /// table has no column for); [`Error::Database`] from the insert.
+    /// [`Error::Identifier`] for a name that cannot be quoted (on MySQL/MariaDB, also one with
+    /// a character beyond the Basic Multilingual Plane); [`Error::Declaration`] for a job the
+    /// table cannot hold (no group on a table with a group column, a group or a delay the table
+    /// has no column for); [`Error::PayloadTooLarge`] for a statement larger than
+    /// MySQL/MariaDB's `max_allowed_packet`; [`Error::Schema`] for a SQLite table qualified by a
+    /// name that is not an attached database (`public.jobs`: SQLite's is `main.jobs`);
+    /// [`Error::Database`] from the insert.
     pub async fn enqueue<'c, DB, E>(&self, executor: E, job: Job<'_>) -> Result<i64>
     where
         DB: Backend,
@@ -163,8 +170,13 @@ impl Table {
             notify_payload: job.group.as_deref(),
             ..Args::default()
         };
+        let bytes =
+            sql.insert.text().len() + job.payload.len() + job.group.as_deref().map_or(0, str::len);
+        self.refuse_too_large::<DB>(bytes)?;
         let insert = query(&sql.insert, &args);
-        let id = DB::insert_id(executor, insert, sql.returning).await?;
+        let id = DB::insert_id(executor, insert, sql.returning)
+            .await
+            .map_err(|error| self.explain::<DB>(error, sql.insert.text(), bytes))?;
         wake::wake(&self.name, job.group.as_deref());
         Ok(id)
     }
@@ -176,8 +188,9 @@ impl Table {
     ///
     /// # Errors
     ///
-    /// As [`enqueue`](Table::enqueue), for any of the jobs; [`Error::Declaration`] for more jobs
-    /// than one statement takes. Nothing is inserted then.
+    /// As [`enqueue`](Table::enqueue), for any of the jobs ([`Error::PayloadTooLarge`] for the
+    /// statement's bytes together); [`Error::Declaration`] for more jobs than one statement
+    /// takes. Nothing is inserted then.
     pub async fn enqueue_many<'c, DB, E>(&self, executor: E, jobs: &[Job<'_>]) -> Result<u64>
     where
         DB: Backend,
@@ -221,13 +234,19 @@ impl Table {
             values.push(Value::Text(Some(&names.table)));
             values.push(Value::Text(Some("")));
         }
-        let sql = AssertSqlSafe(dialect::enqueue_many(&names, jobs.len())).into_sql_str();
+        let text = dialect::enqueue_many(&names, jobs.len());
+        let bytes = text.len() + values.iter().map(Value::size).sum::<usize>();
+        self.refuse_too_large::<DB>(bytes)?;
+        let sql = AssertSqlSafe(text.as_str()).into_sql_str();
         let q = query_values::<DB>(sql, &values);
         let inserted = if notifying {
-            u64::try_from(DB::insert_id(executor, q, true).await?).unwrap_or(0)
+            DB::insert_id(executor, q, true)
+                .await
+                .map(|n| u64::try_from(n).unwrap_or(0))
         } else {
-            DB::execute_on(executor, q).await?
-        };
+            DB::execute_on(executor, q).await
+        }
+        .map_err(|error| self.explain::<DB>(error, &text, bytes))?;
         let mut woken: Vec<Option<&str>> = Vec::new();
         for job in jobs {
             let group = job.group.as_deref();
@@ -277,6 +296,67 @@ impl Table {
             + usize::from(self.priority.is_some())
     }
 
+    /// Refuses, before sending it, a statement of `bytes` that MySQL/MariaDB could never take:
+    /// `max_allowed_packet` is at most 1 GiB.
+    fn refuse_too_large<DB: Backend>(&self, bytes: usize) -> Result<()> {
+        if DB::DIALECT == Dialect::MySql && bytes > MYSQL_MAX_PACKET {
+            return Err(Error::PayloadTooLarge {
+                table: self.name.clone(),
+                bytes: bytes as u64,
+                setting: "max_allowed_packet",
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// The insert's error, or a clearer one where the driver's words would not say what is
+    /// wrong.
+    ///
+    /// The executor is the caller's (often its transaction) and the insert consumes it, so
+    /// nothing can be asked of the server first (its `max_allowed_packet`, SQLite's attached
+    /// databases); the server's answer is read instead. A statement larger than
+    /// `max_allowed_packet` gets error 1153 or a closed connection from MySQL/MariaDB, where the
+    /// driver says "Connection reset by peer" ([`Backend`]'s `too_large` says which answers are
+    /// taken for it); a table qualified PostgreSQL's way (`public.jobs`) gets "no such table" or
+    /// "unknown database" from SQLite.
+    fn explain<DB: Backend>(&self, error: sqlx::Error, statement: &str, bytes: usize) -> Error {
+        if let Some(setting) = DB::too_large(&error, bytes) {
+            return Error::PayloadTooLarge {
+                table: self.name.clone(),
+                bytes: bytes as u64,
+                setting,
+                source: Some(error),
+            };
+        }
+        let qualified = match (DB::DIALECT, table_parts(&self.name)) {
+            (Dialect::Sqlite, Ok((Some(schema), bare))) => Some((schema, bare)),
+            _ => None,
+        };
+        let message = match &error {
+            sqlx::Error::Database(e) => e.message(),
+            _ => "",
+        };
+        let Some((schema, bare)) = qualified else {
+            return Error::Database(error);
+        };
+        let reason = if message.starts_with("unknown database") {
+            dialect::sqlite_qualified(schema, bare, Some(&[]))
+        } else if message == format!("no such table: {schema}.{bare}") {
+            dialect::sqlite_qualified(schema, bare, None)
+        } else {
+            return Error::Database(error);
+        };
+        Error::Schema(Box::new(SchemaError {
+            queue: self.name.clone(),
+            table: self.name.clone(),
+            column: None,
+            statement: Some(statement.to_owned()),
+            reason,
+            source: Some(error),
+        }))
+    }
+
     /// Refuses a job this table cannot hold.
     fn check(&self, job: &Job<'_>) -> Result<()> {
         let refuse = |reason: String| Err(Error::declaration(&self.name, reason));
@@ -305,5 +385,42 @@ impl Table {
             }
             _ => Ok(()),
         }
+    }
+}
+
+#[cfg(all(test, feature = "mysql"))]
+mod tests {
+    use crate::backend::private::Driver as _;
+    use crate::error::Error;
+    use crate::table::Table;
+
+    #[test]
+    fn a_statement_larger_than_any_max_allowed_packet_is_not_sent() {
+        let table = Table::new("jobs");
+        table.refuse_too_large::<sqlx::MySql>(1 << 30).unwrap();
+        let refused = table.refuse_too_large::<sqlx::MySql>((1 << 30) + 1);
+        assert!(
+            matches!(refused, Err(Error::PayloadTooLarge { bytes, source: None, .. }) if bytes == (1 << 30) + 1),
+            "{refused:?}"
+        );
+        #[cfg(feature = "sqlite")]
+        table
+            .refuse_too_large::<sqlx::Sqlite>((1 << 30) + 1)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_broken_connection_is_taken_for_a_large_statement_from_one_mebibyte() {
+        use std::io::{Error as Io, ErrorKind};
+        let reset = || sqlx::Error::Io(Io::from(ErrorKind::ConnectionReset));
+        assert_eq!(
+            sqlx::MySql::too_large(&reset(), 1 << 20),
+            Some("max_allowed_packet")
+        );
+        assert_eq!(sqlx::MySql::too_large(&reset(), 1000), None);
+        let refused = sqlx::Error::Io(Io::from(ErrorKind::ConnectionRefused));
+        assert_eq!(sqlx::MySql::too_large(&refused, 1 << 20), None);
+        #[cfg(feature = "sqlite")]
+        assert_eq!(sqlx::Sqlite::too_large(&reset(), 1 << 20), None);
     }
 }

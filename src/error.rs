@@ -83,6 +83,27 @@ pub enum Error {
         needed: String,
     },
 
+    /// A job the database would not receive: MySQL and MariaDB take a statement of at most their
+    /// `max_allowed_packet` setting's bytes (by default 16 MiB on MariaDB, 64 MiB on MySQL 8;
+    /// 1 GiB at most), and close the connection on a larger one. Nothing was inserted: enqueue
+    /// fewer jobs at once, raise the setting, or keep large payloads out of the queue table.
+    #[error(
+        "table `{table}`: a statement of {bytes} bytes is more than the server takes in one \
+         (its `{setting}`); nothing was inserted"
+    )]
+    PayloadTooLarge {
+        /// The table the jobs were for.
+        table: String,
+        /// The statement's size: its text and the values it binds (the jobs' payloads).
+        bytes: u64,
+        /// The server setting that bounds it: `max_allowed_packet`.
+        setting: &'static str,
+        /// The driver's error, when the server refused it (none when the statement is larger
+        /// than the setting can ever be, and was not sent).
+        #[source]
+        source: Option<sqlx::Error>,
+    },
+
     /// An error from the database driver.
     #[error(transparent)]
     Database(#[from] sqlx::Error),

@@ -181,12 +181,12 @@ impl Table {
             }
             Some(DeadLetter::Group(_)) => Some(DeadTarget::Group),
             Some(DeadLetter::Table(dead)) => {
-                let columns = read_catalog::<DB>(conn, &self.name).await?;
+                let columns = read_catalog::<DB>(conn, &self.name, &self.name).await?;
                 Some(DeadTarget::Table {
                     table: dialect.quote_table(dead)?,
                     columns: columns
                         .iter()
-                        .map(|(column, _, _)| dialect.quote(column))
+                        .map(|column| dialect.quote(&column.name))
                         .collect::<Result<_>>()?,
                 })
             }

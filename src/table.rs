@@ -9,7 +9,10 @@ use crate::error::{Error, Result};
 /// at the first enqueue), so a bad name is an [`Error::Identifier`], never SQL.
 ///
 /// A table name may be schema-qualified (`"jobs.signups"`: schema `jobs`, table `signups`; on
-/// MySQL/MariaDB the first part is the database).
+/// MySQL/MariaDB the first part is the database, on SQLite the attached database: `main.jobs`,
+/// and a name that is not attached, such as PostgreSQL's `public`, is an
+/// [`Error::Schema`](crate::Error::Schema) that says so). MySQL/MariaDB names hold characters of
+/// the Basic Multilingual Plane only.
 ///
 /// # Examples
 ///
@@ -71,6 +74,14 @@ impl Table {
     /// for JSON valid JSON (PostgreSQL and MySQL/MariaDB check it; SQLite does not). On
     /// MySQL/MariaDB a text column should be `utf8mb4`: text is read as UTF-8 from any character
     /// set, but a character the column's set lacks is refused by the database at enqueue.
+    ///
+    /// A declaration that does not match the column is an [`Error::Schema`] at
+    /// [`Runner::start`](crate::Runner::start), but not at enqueue, which has only the caller's
+    /// connection for one statement. There a bytes job (`PayloadType::Bytes`, the default) in a
+    /// text column fares as the database makes it: PostgreSQL stores the bytes' hex text
+    /// (`\x706c..`, by an assignment cast), MySQL/MariaDB store bytes that are UTF-8 as text and
+    /// refuse others ("Incorrect string value"), SQLite stores a `BLOB` value in the `TEXT`
+    /// column.
     ///
     /// ```
     /// use sqlx_queue::{PayloadType, Table};
@@ -153,6 +164,23 @@ impl DeadLetter {
     }
 
     /// Dead-letters into the table `name`, which has the queue table's columns.
+    ///
+    /// A row moves with every column of the queue table (the lease cleared), so
+    /// [`Runner::start`](crate::Runner::start) refuses, as an [`Error::Schema`] naming the table
+    /// and the column, a dead-letter table that could not take it:
+    ///
+    /// - a column of the queue table it lacks, or holds in another type: the same type is
+    ///   needed (spelled as the catalog spells it: `VARCHAR(64)` and `TEXT` differ), except that
+    ///   an integer type at least as wide passes (a `BIGINT` attempt column for an `INT` one),
+    ///   and on SQLite any type of the same affinity (SQLite converts values by affinity alone);
+    /// - a column that takes NULL in the queue table but not here, or that this table computes
+    ///   (a generated column, PostgreSQL's `GENERATED ALWAYS` identity);
+    /// - a `NOT NULL` column of its own without a default. Columns of its own that fill
+    ///   themselves — a default, a serial or identity, `AUTO_INCREMENT`, SQLite's rowid alias —
+    ///   are fine, say a key of its own and the time the row died.
+    ///
+    /// `CREATE TABLE jobs_dead (LIKE jobs)` (PostgreSQL) and `CREATE TABLE jobs_dead LIKE jobs`
+    /// (MySQL/MariaDB) make one.
     pub fn table(name: impl Into<String>) -> Self {
         DeadLetter::Table(name.into())
     }

@@ -215,7 +215,7 @@ pub(super) fn finish(w: &mut SqlWriter, n: &Names) {
     }
 }
 
-/// `SET lease = ?, attempt = attempt + 1` of a lease claim.
+/// `SET lease = ?, attempt = attempt + 1` (saturating) of a lease claim.
 pub(super) fn lease_set(w: &mut SqlWriter, n: &Names) {
     let lease = n
         .lease
@@ -226,11 +226,8 @@ pub(super) fn lease_set(w: &mut SqlWriter, n: &Names) {
         .push(" = ")
         .param(Slot::NewToken);
     if let Some(attempt) = &n.attempt {
-        w.push(", ")
-            .push(attempt)
-            .push(" = ")
-            .push(attempt)
-            .push(" + 1");
+        w.push(", ");
+        n.count_attempt(w, attempt);
     }
 }
 

@@ -13,7 +13,8 @@ pub(crate) struct RowLockSql {
     pub(crate) claim: Stmt,
     /// ack and drop: `DELETE`, or `processed_at = now`.
     pub(crate) finish: Stmt,
-    /// retry: `attempt = attempt + 1`; absent without an attempt column (a rollback).
+    /// retry: `attempt = attempt + 1` (stopping at the column's largest value); absent without
+    /// an attempt column (a rollback).
     pub(crate) retry: Option<Stmt>,
     /// retry_after: `retry_after = at[, attempt = attempt + 1]`; absent without the column.
     pub(crate) retry_after: Option<Stmt>,
@@ -78,11 +79,8 @@ fn retry_after_by_id(n: &Names, count: bool) -> Option<Stmt> {
     update(&mut w, n);
     w.push(retry_after).push(" = ").param(Slot::At);
     if let (true, Some(attempt)) = (count, &n.attempt) {
-        w.push(", ")
-            .push(attempt)
-            .push(" = ")
-            .push(attempt)
-            .push(" + 1");
+        w.push(", ");
+        n.count_attempt(&mut w, attempt);
     }
     by_id(&mut w, n);
     Some(w.finish())
@@ -102,7 +100,7 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
     let retry = n.attempt.as_deref().map(|attempt| {
         let mut w = n.writer();
         update(&mut w, n);
-        w.push(attempt).push(" = ").push(attempt).push(" + 1");
+        n.count_attempt(&mut w, attempt);
         by_id(&mut w, n);
         w.finish()
     });
@@ -142,7 +140,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
     let count = match (n.dialect, &n.attempt) {
         (Dialect::Postgres | Dialect::Sqlite, Some(attempt)) => {
             update(&mut w, n);
-            w.push(attempt).push(" = ").push(attempt).push(" + 1");
+            n.count_attempt(&mut w, attempt);
             by_id(&mut w, n);
             w.push(" AND ");
             claimable(&mut w, n);
@@ -163,7 +161,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             attempt.as_deref().map(|attempt| {
                 let mut w = n.writer();
                 update(&mut w, n);
-                w.push(attempt).push(" = ").push(attempt).push(" + 1");
+                n.count_attempt(&mut w, attempt);
                 by_id(&mut w, n);
                 w.finish()
             })
@@ -200,18 +198,20 @@ mod tests {
     #[test]
     fn row_lock_claims_one_locked_row_and_counts_on_return() {
         let table = Table::new("jobs").group("queue").retry_after("not_before");
-        let sql = super::row_lock(&names(Dialect::Postgres, table, false));
+        let mut n = names(Dialect::Postgres, table, false);
+        n.attempt_max = 32_767; // a smallint column
+        let sql = super::row_lock(&n);
         assert_eq!(
             sql.claim.text(),
             r#"SELECT CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) FROM "jobs" WHERE "queue" = $1 AND ("not_before" IS NULL OR "not_before" <= $2) ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED"#
         );
         assert_eq!(
             sql.retry.unwrap().text(),
-            r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1"#
+            r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 32767 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" = $1"#
         );
         assert_eq!(
             sql.retry_after.unwrap().text(),
-            r#"UPDATE "jobs" SET "not_before" = $1, "attempt" = "attempt" + 1 WHERE "id" = $2"#
+            r#"UPDATE "jobs" SET "not_before" = $1, "attempt" = CASE WHEN "attempt" < 32767 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" = $2"#
         );
         assert_eq!(sql.finish.text(), r#"DELETE FROM "jobs" WHERE "id" = $1"#);
         assert!(sql.begin.is_none());
@@ -234,10 +234,12 @@ mod tests {
         );
         assert_eq!(
             sql.take.text(),
-            r#"UPDATE "jobs" SET "attempt" = "attempt" + 1 WHERE "id" = $1 AND 1 = 1 RETURNING CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) - 1"#
+            r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 9223372036854775807 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" = $1 AND 1 = 1 RETURNING CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) - 1"#
         );
         assert!(sql.count.is_none());
-        let sql = super::advisory(&names(Dialect::MySql, Table::new("jobs"), true));
+        let mut n = names(Dialect::MySql, Table::new("jobs"), true);
+        n.attempt_max = 255; // a tinyint unsigned column
+        let sql = super::advisory(&n);
         assert!(
             sql.candidates.text().contains("IS_USED_LOCK("),
             "{}",
@@ -245,7 +247,8 @@ mod tests {
         );
         assert_eq!(
             sql.count.unwrap().text(),
-            "UPDATE `jobs` SET `attempt` = `attempt` + 1 WHERE `id` = ?"
+            "UPDATE `jobs` SET `attempt` = CASE WHEN `attempt` < 255 THEN `attempt` + 1 \
+             ELSE `attempt` END WHERE `id` = ?"
         );
         let sql = super::advisory(&names(Dialect::Sqlite, Table::new("jobs"), true));
         assert!(sql.lock.is_none() && sql.unlock.is_none());

@@ -5,11 +5,13 @@
 //! servers in `tests/`. Every statement is rendered once, when a queue starts.
 
 mod common;
+mod custom;
 mod dead;
 mod held;
 mod mysql;
 mod postgres;
 mod sqlite;
+mod types;
 
 use std::sync::Arc;
 
@@ -21,8 +23,10 @@ use crate::queue::config::{Form, QueueConfig};
 use crate::table::{PayloadType, Table, table_parts, validate_ident};
 
 pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_FINISH};
+pub(crate) use custom::custom;
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
+pub(crate) use types::{attempt_max, holds, integer_range};
 
 /// The SQL dialect of a database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -35,6 +39,7 @@ pub enum Dialect {
 impl Dialect {
     /// Validates `ident` and quotes it in this dialect's way.
     pub(crate) fn quote(self, ident: &str) -> Result<String> {
+        self.refuse_characters(ident)?;
         validate_ident(ident)?;
         match self {
             Dialect::Postgres if ident.len() > 63 => Err(Error::Identifier {
@@ -51,8 +56,22 @@ impl Dialect {
         }
     }
 
+    /// Refuses characters this database's identifiers cannot hold (before the checks of every
+    /// database, which refuse emoji with a reason of their own).
+    fn refuse_characters(self, name: &str) -> Result<()> {
+        if self == Dialect::MySql && name.chars().any(|c| c > '\u{FFFF}') {
+            return Err(Error::Identifier {
+                name: name.to_owned(),
+                reason: "MySQL/MariaDB identifiers hold characters of the Basic Multilingual \
+                         Plane only (U+0001 to U+FFFF): no emoji, no letters beyond it",
+            });
+        }
+        Ok(())
+    }
+
     /// Validates and quotes a possibly schema-qualified table name.
     pub(crate) fn quote_table(self, name: &str) -> Result<String> {
+        self.refuse_characters(name)?;
         match table_parts(name)? {
             (None, table) => self.quote(table),
             (Some(schema), table) => Ok(format!("{}.{}", self.quote(schema)?, self.quote(table)?)),
@@ -212,6 +231,17 @@ pub enum Value<'a> {
     Time(Option<DateTime<Utc>>),
 }
 
+impl Value<'_> {
+    /// About how many bytes the value takes in a statement sent to the server.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Value::I64(_) | Value::Time(_) => 8,
+            Value::Bytes(bytes) => bytes.len(),
+            Value::Text(text) => text.map_or(0, str::len),
+        }
+    }
+}
+
 impl<'a> Args<'a> {
     pub(crate) fn value(&self, slot: Slot) -> Value<'a> {
         match slot {
@@ -316,6 +346,9 @@ pub(crate) struct Names {
     pub(crate) processed_at: Option<String>,
     pub(crate) lease: Option<String>,
     pub(crate) attempt: Option<String>,
+    /// The largest value the attempt column takes: counting an attempt stops there (read from
+    /// the catalog at start; `i64::MAX` until then).
+    pub(crate) attempt_max: i64,
     pub(crate) priority: Option<String>,
     /// One row in work per group at a time, in order (the lease form).
     pub(crate) fifo: bool,
@@ -344,6 +377,7 @@ impl Names {
             processed_at: opt(&table.processed_at)?,
             lease: None,
             attempt: None,
+            attempt_max: i64::MAX,
             priority: opt(&table.priority)?,
             fifo: false,
             one_group: table.group.is_some(),
@@ -374,6 +408,22 @@ impl Names {
 
     pub(crate) fn writer(&self) -> SqlWriter {
         SqlWriter::new(self.dialect)
+    }
+
+    /// `attempt = attempt + 1`, stopping at the column's largest value: a row whose attempt
+    /// reached it would otherwise make every statement that counts it fail ("out of range"),
+    /// and a claim fail for every row it takes with that one.
+    pub(crate) fn count_attempt(&self, w: &mut SqlWriter, attempt: &str) {
+        w.push(attempt)
+            .push(" = CASE WHEN ")
+            .push(attempt)
+            .push(" < ")
+            .push(&self.attempt_max.to_string())
+            .push(" THEN ")
+            .push(attempt)
+            .push(" + 1 ELSE ")
+            .push(attempt)
+            .push(" END");
     }
 
     /// Reads the payload column (named with `prefix`, e.g. `q.`) as bytes.
@@ -439,6 +489,18 @@ pub(crate) fn mysql_begin() -> &'static str {
     mysql::BEGIN_READ_COMMITTED
 }
 
+/// SQLite's query for the names of its attached databases, one a line.
+pub(crate) fn sqlite_attached() -> &'static str {
+    sqlite::ATTACHED
+}
+
+/// Why SQLite finds no table `schema.table`: it qualifies tables by attached database, not by
+/// schema. `attached` lists the attached databases, where they are known (else `schema` may be
+/// attached but lack the table).
+pub(crate) fn sqlite_qualified(schema: &str, table: &str, attached: Option<&[&str]>) -> String {
+    sqlite::qualified(schema, table, attached)
+}
+
 /// Renders the catalog query that lists a table's columns and their types.
 pub(crate) fn catalog(dialect: Dialect) -> &'static str {
     match dialect {
@@ -448,7 +510,8 @@ pub(crate) fn catalog(dialect: Dialect) -> &'static str {
     }
 }
 
-/// The query that reads a table's identity from the catalog: three text columns — PostgreSQL its
+/// The query that reads a table's identity from the catalog: four text columns (the last empty,
+/// the catalog's shape) — PostgreSQL its
 /// resolved name and its notification channel (binds the quoted name); MySQL/MariaDB its database
 /// and name (binds the schema, NULL for the current database, and the name); SQLite its attached
 /// database, name and file (binds the name, then the schema twice, NULL for any). No row when the
@@ -459,66 +522,6 @@ pub(crate) fn identity(dialect: Dialect) -> &'static str {
         Dialect::MySql => mysql::IDENTITY,
         Dialect::Sqlite => sqlite::IDENTITY,
     }
-}
-
-/// Renders a service's own settlement statement: its markers `:id`, `:token`, `:at`, `:dead`,
-/// `:now` and `:group` become this dialect's placeholders, bound with the settlement's values.
-/// Text in quotes and PostgreSQL's `::` casts are left alone.
-///
-/// # Errors
-///
-/// An unknown marker, named.
-pub(crate) fn custom(dialect: Dialect, sql: &str) -> std::result::Result<Stmt, String> {
-    let mut w = SqlWriter::new(dialect);
-    let mut chars = sql.char_indices().peekable();
-    let mut quote: Option<char> = None;
-    let mut start = 0;
-    while let Some((i, c)) = chars.next() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), _) => {}
-            (None, '\'' | '"' | '`') => quote = Some(c),
-            (None, ':') if chars.peek().is_some_and(|(_, next)| *next == ':') => {
-                chars.next();
-            }
-            (None, ':')
-                if chars
-                    .peek()
-                    .is_some_and(|(_, next)| next.is_ascii_alphabetic()) =>
-            {
-                w.push(&sql[start..i]);
-                let name_start = i + 1;
-                let mut end = name_start;
-                while let Some(&(j, next)) = chars.peek() {
-                    if next.is_ascii_alphanumeric() || next == '_' {
-                        end = j + next.len_utf8();
-                        chars.next();
-                    } else {
-                        break;
-                    }
-                }
-                let slot = match &sql[name_start..end] {
-                    "id" => Slot::Id,
-                    "token" => Slot::Token,
-                    "at" => Slot::At,
-                    "dead" => Slot::DeadGroup,
-                    "now" => Slot::Now,
-                    "group" => Slot::Group,
-                    other => {
-                        return Err(format!(
-                            "unknown marker `:{other}` (the markers are :id, :token, :at, :dead, \
-                             :now and :group)"
-                        ));
-                    }
-                };
-                w.param(slot);
-                start = end;
-            }
-            _ => {}
-        }
-    }
-    w.push(&sql[start..]);
-    Ok(w.finish())
 }
 
 /// How a claim is made.
@@ -571,6 +574,19 @@ mod tests {
     }
 
     #[test]
+    fn mysql_refuses_characters_beyond_the_basic_multilingual_plane() {
+        for name in ["jobs_\u{20000}", "jobs_\u{1D4B3}", "jobs_\u{1F980}"] {
+            let Err(Error::Identifier { reason, .. }) = Dialect::MySql.quote(name) else {
+                panic!("{name} quoted");
+            };
+            assert!(reason.contains("Basic Multilingual Plane"), "{reason}");
+        }
+        Dialect::MySql.quote("jobs_\u{4E2D}\u{E9}").unwrap();
+        Dialect::Postgres.quote("jobs_\u{20000}").unwrap();
+        Dialect::Sqlite.quote("jobs_\u{20000}").unwrap();
+    }
+
+    #[test]
     fn placeholders_are_numbered_on_postgres_only() {
         let mut w = SqlWriter::new(Dialect::Postgres);
         w.push("a = ")
@@ -586,22 +602,6 @@ mod tests {
         let stmt = w.finish();
         assert_eq!(stmt.text(), "a = ? AND b = ?");
         assert_eq!(&*stmt.slots, &[Slot::Id, Slot::Token]);
-    }
-
-    #[test]
-    fn custom_statements_bind_their_markers() {
-        let sql =
-            "UPDATE jobs SET done_at = :now, note = 'at :id' WHERE id = :id AND x::text <> ':dead'";
-        let stmt = custom(Dialect::Postgres, sql).unwrap();
-        assert_eq!(
-            stmt.text(),
-            "UPDATE jobs SET done_at = $1, note = 'at :id' WHERE id = $2 AND x::text <> ':dead'"
-        );
-        assert_eq!(&*stmt.slots, &[Slot::Now, Slot::Id]);
-        let stmt = custom(Dialect::MySql, "DELETE FROM `a:b` WHERE id = :id").unwrap();
-        assert_eq!(stmt.text(), "DELETE FROM `a:b` WHERE id = ?");
-        let error = custom(Dialect::Sqlite, "DELETE FROM jobs WHERE id = :ident").unwrap_err();
-        assert!(error.contains(":ident"), "{error}");
     }
 
     #[test]

@@ -3,15 +3,19 @@
 use super::common::{claimable, lease_set, order};
 use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
 
-/// The columns of a table, their types and whether they take NULL; binds the schema (NULL: the current database) and
-/// the table name.
+/// The columns of a table: name, type, `YES` when it takes NULL, and how an insert that leaves
+/// it out fills it (`generated`, `default` — a default or `AUTO_INCREMENT` —, or empty). Binds
+/// the schema (NULL: the current database) and the table name. MariaDB's generation expression
+/// is NULL on other columns, MySQL's empty.
 pub(super) const CATALOG: &str = "SELECT CAST(COLUMN_NAME AS CHAR), CAST(COLUMN_TYPE AS CHAR), \
-     CAST(IS_NULLABLE AS CHAR) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) \
-     AND TABLE_NAME = ?";
+     CAST(IS_NULLABLE AS CHAR), CAST(CASE WHEN COALESCE(GENERATION_EXPRESSION, '') <> '' \
+     THEN 'generated' WHEN COLUMN_DEFAULT IS NOT NULL OR EXTRA LIKE '%auto_increment%' \
+     THEN 'default' ELSE '' END AS CHAR) FROM information_schema.COLUMNS \
+     WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
 
 /// A table's database and name as the catalog spells them; binds the schema (NULL: the current
 /// database) and the table name.
-pub(super) const IDENTITY: &str = "SELECT CAST(TABLE_SCHEMA AS CHAR), CAST(TABLE_NAME AS CHAR), '' \
+pub(super) const IDENTITY: &str = "SELECT CAST(TABLE_SCHEMA AS CHAR), CAST(TABLE_NAME AS CHAR), '', '' \
      FROM information_schema.TABLES WHERE TABLE_SCHEMA = COALESCE(?, DATABASE()) AND TABLE_NAME = ?";
 
 /// Starts a claim's transaction at READ COMMITTED in one round trip, so the locking read takes
@@ -118,7 +122,8 @@ mod tests {
         let q = Queue::table(Table::new("jobs").processed_at("done_at"))
             .lease("locked_until")
             .attempt("attempt");
-        let n = Names::of_queue(Dialect::MySql, &q.config_for_tests()).unwrap();
+        let mut n = Names::of_queue(Dialect::MySql, &q.config_for_tests()).unwrap();
+        n.attempt_max = 127; // a tinyint column
         let Claim::SelectThenUpdate { select, updates } = super::lease_claim(&n, 5) else {
             panic!("MySQL claims in two statements");
         };
@@ -131,7 +136,9 @@ mod tests {
         assert_eq!(updates.len(), 4, "1, 2, 4 and 8 ids");
         assert_eq!(
             updates[1].text(),
-            "UPDATE `jobs` SET `locked_until` = ?, `attempt` = `attempt` + 1 WHERE `id` IN (?, ?)"
+            "UPDATE `jobs` SET `locked_until` = ?, \
+             `attempt` = CASE WHEN `attempt` < 127 THEN `attempt` + 1 ELSE `attempt` END \
+             WHERE `id` IN (?, ?)"
         );
         assert_eq!(Claim::update_for(&updates, 3).slots.len(), 5);
         assert_eq!(Claim::update_for(&updates, 1).slots.len(), 2);

@@ -3,10 +3,16 @@
 use super::common::{claimable, lease_set, order};
 use super::{Claim, Names, Slot, SqlWriter, Stmt};
 
-/// The columns of a table, their types and whether they take NULL, by the table's quoted (possibly qualified) name, so
-/// the search path and quoting resolve it as every other statement does.
+/// The columns of a table: name, type, `YES` when it takes NULL, and how an insert that leaves
+/// it out fills it (`generated`: a generated or `GENERATED ALWAYS` identity column, which refuses
+/// a value; `default`: a default, serial or identity; empty: NULL or nothing). Binds the table's
+/// quoted (possibly qualified) name, so the search path and quoting resolve it as every other
+/// statement does.
 pub(super) const CATALOG: &str = "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod), \
-     CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
+     CASE WHEN a.attnotnull THEN 'NO' ELSE 'YES' END, \
+     CASE WHEN a.attgenerated <> '' OR a.attidentity = 'a' THEN 'generated' \
+     WHEN a.atthasdef OR a.attidentity = 'd' THEN 'default' ELSE '' END \
+     FROM pg_attribute a WHERE a.attrelid = to_regclass($1) AND a.attnum > 0 \
      AND NOT a.attisdropped";
 
 /// A table's resolved name, from `c` (its `pg_class` row) and `n` (its `pg_namespace` row): the
@@ -44,7 +50,7 @@ pub(super) const IDENTITY: &str = concat!(
     resolved!(),
     ", ",
     channel_of!(),
-    ", ''",
+    ", '', ''",
     of_regclass!("$1")
 );
 
@@ -133,13 +139,14 @@ mod tests {
             .named("mail")
             .lease("locked_until")
             .attempt("attempt");
-        let n = Names::of_queue(Dialect::Postgres, &q.config_for_tests()).unwrap();
+        let mut n = Names::of_queue(Dialect::Postgres, &q.config_for_tests()).unwrap();
+        n.attempt_max = 32_767; // a smallint column
         let Claim::Returning(stmt) = super::lease_claim(&n) else {
             panic!("PostgreSQL claims in one statement");
         };
         assert_eq!(
             stmt.text(),
-            r#"WITH claimable AS (SELECT "id" FROM "jobs" WHERE "queue" = $1 AND ("locked_until" IS NULL OR "locked_until" < $2) AND ("not_before" IS NULL OR "not_before" <= $3) ORDER BY "id" LIMIT $4 FOR UPDATE SKIP LOCKED) UPDATE "jobs" AS q SET "locked_until" = $5, "attempt" = "attempt" + 1 FROM claimable WHERE q."id" = claimable."id" RETURNING CAST(q."id" AS BIGINT), q."payload", CAST(q."attempt" AS BIGINT) - 1"#
+            r#"WITH claimable AS (SELECT "id" FROM "jobs" WHERE "queue" = $1 AND ("locked_until" IS NULL OR "locked_until" < $2) AND ("not_before" IS NULL OR "not_before" <= $3) ORDER BY "id" LIMIT $4 FOR UPDATE SKIP LOCKED) UPDATE "jobs" AS q SET "locked_until" = $5, "attempt" = CASE WHEN "attempt" < 32767 THEN "attempt" + 1 ELSE "attempt" END FROM claimable WHERE q."id" = claimable."id" RETURNING CAST(q."id" AS BIGINT), q."payload", CAST(q."attempt" AS BIGINT) - 1"#
         );
     }
 }

@@ -3,15 +3,46 @@
 use super::common::{claimable, lease_set, order};
 use super::{Claim, Names, Slot};
 
-/// The columns of a table, their declared types and whether they take NULL; binds the table name, then the schema
-/// (NULL: every attached database, `main` first).
-pub(super) const CATALOG: &str = "SELECT name, type, CASE WHEN \"notnull\" = 0 AND pk = 0 THEN 'YES' \
-     ELSE 'NO' END FROM pragma_table_info(?, ?)";
+/// The columns of a table: name, declared type, `YES` when it takes NULL, and how an insert that
+/// leaves it out fills it (`default`: a default, or the rowid alias — the one `INTEGER PRIMARY
+/// KEY` column —; empty: NULL or nothing). Binds the table name, then the schema (NULL: every
+/// attached database, `main` first), twice. Generated columns are not listed (`table_info` hides
+/// them), and so are neither copied nor checked.
+pub(super) const CATALOG: &str = "SELECT name, type, CASE WHEN \"notnull\" = 0 AND pk = 0 \
+     THEN 'YES' ELSE 'NO' END, CASE WHEN dflt_value IS NOT NULL THEN 'default' \
+     WHEN pk = 1 AND lower(type) = 'integer' AND (SELECT COUNT(*) FROM pragma_table_info(?, ?) \
+     WHERE pk > 0) = 1 THEN 'default' ELSE '' END FROM pragma_table_info(?, ?)";
+
+/// The names of the attached databases (`main`, `temp`, and those ATTACHed), one a line.
+pub(super) const ATTACHED: &str = "SELECT group_concat(name, char(10)) FROM pragma_database_list";
+
+pub(super) fn qualified(schema: &str, table: &str, attached: Option<&[&str]>) -> String {
+    let how = format!(
+        "SQLite qualifies a table by the attached database it is in (`main.{table}`, \
+         `temp.{table}`, or the name a database was ATTACHed as), not by a schema as PostgreSQL \
+         does"
+    );
+    match attached {
+        Some([]) => format!(
+            "{how}: `{schema}` is not an attached database; write `{table}` or `main.{table}`"
+        ),
+        Some(attached) => format!(
+            "{how}: `{schema}` is not an attached database (attached: {}); write `{table}` or \
+             `main.{table}`",
+            attached.join(", ")
+        ),
+        None => format!(
+            "no table `{table}` in a database attached as `{schema}`; {how}: unless a database \
+             was attached as `{schema}`, it is not an attached database; write `{table}` or \
+             `main.{table}`"
+        ),
+    }
+}
 
 /// The attached database a table lives in, its name as the catalog spells it, and the database's
 /// file, by name (case-insensitive, as SQLite resolves it: `temp`, then `main`, then the attached
 /// databases in order); binds the table name, then the schema twice (NULL: any).
-pub(super) const IDENTITY: &str = "SELECT t.schema, t.name, d.file FROM pragma_table_list AS t \
+pub(super) const IDENTITY: &str = "SELECT t.schema, t.name, d.file, '' FROM pragma_table_list AS t \
      JOIN pragma_database_list AS d ON d.name = t.schema WHERE t.name = ? COLLATE NOCASE \
      AND (? IS NULL OR t.schema = ? COLLATE NOCASE) \
      ORDER BY CASE t.schema WHEN 'temp' THEN 0 WHEN 'main' THEN 1 ELSE 2 + d.seq END LIMIT 1";
@@ -65,6 +96,25 @@ mod tests {
         assert_eq!(
             &*stmt.slots,
             &[Slot::NewToken, Slot::Now, Slot::Now, Slot::Limit]
+        );
+    }
+
+    #[test]
+    fn the_claim_counts_the_attempt_up_to_the_largest_integer() {
+        let q = Queue::table(Table::new("jobs"))
+            .lease("locked_until")
+            .attempt("attempt");
+        let n = Names::of_queue(Dialect::Sqlite, &q.config_for_tests()).unwrap();
+        let Claim::Returning(stmt) = super::lease_claim(&n) else {
+            panic!("SQLite claims in one statement");
+        };
+        // SQLite's `attempt + 1` at the largest integer would turn the column into a REAL.
+        assert_eq!(
+            stmt.text(),
+            "UPDATE `jobs` SET `locked_until` = ?, `attempt` = CASE WHEN `attempt` < \
+             9223372036854775807 THEN `attempt` + 1 ELSE `attempt` END WHERE `id` IN \
+             (SELECT `id` FROM `jobs` WHERE (`locked_until` IS NULL OR `locked_until` < ?) \
+             ORDER BY `id` LIMIT ?) RETURNING `id`, `payload`, `attempt` - 1"
         );
     }
 }

@@ -228,6 +228,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     }
 
     /// The attempt column: an integer, `NOT NULL DEFAULT 1`, that counts the row's deliveries.
+    /// Counting stops at the column type's largest value.
     pub fn attempt(self, column: impl Into<String>) -> Queue<F, AttemptColumn, C, M, B, H>
     where
         A: NoAttemptYet,
@@ -239,6 +240,10 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// The cap: a retry of a row whose attempt has reached `n` moves it to the dead letter
     /// instead. Needs [`attempt`](Queue::attempt) before and [`dead_letter`](Queue::dead_letter)
     /// after.
+    ///
+    /// The attempt column must count to `n + 1` in the lease and advisory lock forms (they count
+    /// an attempt when they take the row), to `n` in the row lock form: a narrower column is an
+    /// [`Error::Declaration`](crate::Error::Declaration) at [`Runner::start`](crate::Runner::start).
     ///
     /// # Panics
     ///
@@ -286,8 +291,12 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// `:at` (the `retry_after` time of a retry_after), `:dead` (the dead-letter group), `:now`
     /// and `:group` (the queue's group), each bound as a parameter. It replaces the crate's
     /// statement entirely: an ack should delete or mark the row, and in the lease form a retry
-    /// should clear the lease, or the row stays held until its lease expires. A statement that
-    /// cannot be rendered or prepared is an error at [`Runner::start`](crate::Runner::start).
+    /// should clear the lease, or the row stays held until its lease expires. It is one
+    /// statement (one trailing `;` is dropped); a `;` or a marker inside a string, a quoted name
+    /// or a comment is text. A second statement, an unknown marker, or a statement the database
+    /// will not prepare is an error at [`Runner::start`](crate::Runner::start)
+    /// ([`Error::Declaration`](crate::Error::Declaration) naming the event, or
+    /// [`Error::Schema`](crate::Error::Schema)).
     ///
     /// # Examples
     ///

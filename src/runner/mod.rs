@@ -3,6 +3,7 @@
 mod acks;
 mod batch;
 mod claim;
+mod dead_table;
 mod deliver;
 mod launch;
 #[cfg(feature = "postgres")]

@@ -109,8 +109,8 @@ pub(crate) async fn read_identity<DB: Backend>(
         ],
     };
     let sql = SqlStr::from_static(dialect::identity(DB::DIALECT));
-    let found = DB::fetch_triples(conn, query_values::<DB>(sql, &values)).await?;
-    let Some((first, second, third)) = found.into_iter().next() else {
+    let found = DB::fetch_quads(conn, query_values::<DB>(sql, &values)).await?;
+    let Some([first, second, third, _]) = found.into_iter().next() else {
         return Err(Error::schema(
             queue,
             table,
@@ -143,10 +143,11 @@ pub(super) async fn prepare<DB: Backend>(
     server: Server,
 ) -> Result<(FormRuntime, Identity)> {
     refuse_unworkable::<DB>(config)?;
-    let names = Names::of_queue(DB::DIALECT, config)?;
+    let mut names = Names::of_queue(DB::DIALECT, config)?;
     let mut conn = pool.acquire().await?;
     let columns = check_columns::<DB>(&mut conn, config).await?;
     let identity = read_identity::<DB>(&mut conn, config.label(), &config.table.name).await?;
+    names.attempt_max = attempt_max::<DB>(config, &columns)?;
     let dead_target = dead_target::<DB>(&mut conn, config, &columns).await?;
     let guarded = matches!(config.form, Form::Lease { .. });
     let dead = match dead_target {
@@ -245,8 +246,55 @@ pub(super) async fn prepare<DB: Backend>(
     Ok((form, identity))
 }
 
+/// The largest value the queue's attempt column holds, refusing a `max_attempts` it cannot
+/// count to: the lease and advisory forms count an attempt when they take the row, so the column
+/// holds up to `max_attempts + 1`; the row lock form counts it when a retry returns the row.
+fn attempt_max<DB: Backend>(config: &QueueConfig, columns: &[Column]) -> Result<i64> {
+    let Some(column) = config.attempt.as_deref() else {
+        return Ok(i64::MAX);
+    };
+    let Some(Column { ty, .. }) = find_column(DB::DIALECT, columns, column) else {
+        return Ok(i64::MAX); // `check_columns` has refused a missing column already.
+    };
+    let max = dialect::attempt_max(DB::DIALECT, ty);
+    let Some(n) = config.max_attempts else {
+        return Ok(max);
+    };
+    let (form, stored, largest) = match config.form {
+        Form::RowLock => ("row lock", i64::from(n), max),
+        Form::Lease { .. } => ("lease", i64::from(n) + 1, max - 1),
+        Form::Advisory => ("advisory lock", i64::from(n) + 1, max - 1),
+    };
+    if stored > max {
+        let counts = if matches!(config.form, Form::RowLock) {
+            "max_attempts"
+        } else {
+            "max_attempts + 1"
+        };
+        return Err(Error::declaration(
+            config.label(),
+            format!(
+                "the attempt column `{column}` has type `{ty}`, whose largest value is {max}; the \
+                 {form} form stores up to {counts} in it, so `max_attempts` can be at most \
+                 {largest} on this column, not {n}: lower it, or widen the column"
+            ),
+        ));
+    }
+    Ok(max)
+}
+
+/// Whether two column names are the same column: PostgreSQL's quoted names are case-sensitive,
+/// MySQL's and SQLite's columns are not.
+fn same_column(dialect: Dialect, a: &str, b: &str) -> bool {
+    match dialect {
+        Dialect::Postgres => a == b,
+        Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
+    }
+}
+
 /// Checks the dead letter against the database: a group needs a group column; a table must
-/// exist and have every column of the queue table.
+/// exist, have every column of the queue table and take the rows moved into it
+/// ([`dead_table::check`](super::dead_table::check)).
 async fn dead_target<DB: Backend>(
     conn: &mut DB::Connection,
     config: &QueueConfig,
@@ -269,34 +317,30 @@ async fn dead_target<DB: Backend>(
             Ok(Some((DeadTarget::Group, Some(Arc::from(group.as_str())))))
         }
         Some(DeadLetter::Table(dead)) => {
-            let dead_columns = read_catalog::<DB>(conn, dead).await?;
+            let dead_columns = read_catalog::<DB>(conn, config.label(), dead).await?;
             let missing = |column: Option<&str>, reason: &str| {
                 Error::schema(config.label(), dead, column, reason)
             };
             if dead_columns.is_empty() {
                 return Err(missing(None, "the dead-letter table does not exist"));
             }
-            let same_name = |a: &str, b: &str| match dialect {
-                Dialect::Postgres => a == b,
-                Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
-            };
-            for (column, _, _) in columns {
-                let Some((_, ty, _)) = dead_columns
-                    .iter()
-                    .find(|(name, _, _)| same_name(name, column))
+            for column in columns {
+                let Some(Column { ty, .. }) = find_column(dialect, &dead_columns, &column.name)
                 else {
                     return Err(missing(
-                        Some(column),
+                        Some(&column.name),
                         "the dead-letter table lacks a column of the queue table",
                     ));
                 };
                 // The payload moves as it is: the dead letter's column must hold the same kind.
                 let payload = Kind::payload(config.table.payload_type);
-                if same_name(column, &config.table.payload) && !payload.accepts(dialect, ty) {
+                if same_column(dialect, &column.name, &config.table.payload)
+                    && !payload.accepts(dialect, ty)
+                {
                     return Err(Error::schema(
                         config.label(),
                         dead,
-                        Some(column),
+                        Some(&column.name),
                         format!(
                             "the dead-letter table's payload column has type `{ty}`; like the \
                              queue's, on {} it needs {}",
@@ -306,9 +350,12 @@ async fn dead_target<DB: Backend>(
                     ));
                 }
             }
+            super::dead_table::check(dialect, columns, &dead_columns).map_err(
+                |(column, reason)| Error::schema(config.label(), dead, Some(&column), reason),
+            )?;
             let columns = columns
                 .iter()
-                .map(|(column, _, _)| dialect.quote(column))
+                .map(|column| dialect.quote(&column.name))
                 .collect::<Result<_>>()?;
             let table = dialect.quote_table(dead)?;
             Ok(Some((DeadTarget::Table { table, columns }, None)))
@@ -483,13 +530,7 @@ impl Kind {
         let ty = ty.to_ascii_lowercase();
         let ty = ty.as_str();
         match (self, dialect) {
-            (Kind::Integer, Dialect::Postgres) => matches!(ty, "smallint" | "integer" | "bigint"),
-            (Kind::Integer, Dialect::MySql) => {
-                ["tinyint", "smallint", "mediumint", "int", "bigint"]
-                    .iter()
-                    .any(|t| ty.split(['(', ' ']).next() == Some(t))
-            }
-            (Kind::Integer, Dialect::Sqlite) => ty.contains("int"),
+            (Kind::Integer, _) => dialect::integer_range(dialect, ty).is_some(),
             (Kind::Bytes, Dialect::Postgres) => ty == "bytea",
             (Kind::Bytes, Dialect::MySql) => {
                 ty.contains("blob") || ty.starts_with("binary") || ty.starts_with("varbinary")
@@ -556,23 +597,86 @@ impl Kind {
     }
 }
 
-/// A column of a table: its name, its type, and `YES` when it takes NULL.
-pub(crate) type Column = (String, String, String);
+/// A column of a table, as the catalog describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Column {
+    pub(crate) name: String,
+    /// The type as the catalog writes it (SQLite: as declared).
+    pub(crate) ty: String,
+    pub(crate) nullable: bool,
+    pub(crate) fill: Fill,
+}
 
-/// Reads a table's columns from the catalog (none when the table does not exist).
+/// What an insert that leaves a column out writes into it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fill {
+    /// Nothing: NULL where the column takes it, else the insert fails.
+    Nothing,
+    /// Its default (a serial, identity by default, `AUTO_INCREMENT` or SQLite rowid alias too).
+    Default,
+    /// A value the database computes, and which refuses one given: a generated column, or
+    /// PostgreSQL's `GENERATED ALWAYS` identity.
+    Generated,
+}
+
+impl Column {
+    fn from_catalog([name, ty, nullable, fill]: [String; 4]) -> Self {
+        Column {
+            name,
+            ty,
+            nullable: nullable == "YES",
+            fill: match fill.as_str() {
+                "generated" => Fill::Generated,
+                "default" => Fill::Default,
+                _ => Fill::Nothing,
+            },
+        }
+    }
+}
+
+/// The column of `columns` named `name`.
+pub(super) fn find_column<'a>(
+    dialect: Dialect,
+    columns: &'a [Column],
+    name: &str,
+) -> Option<&'a Column> {
+    columns
+        .iter()
+        .find(|column| same_column(dialect, &column.name, name))
+}
+
+/// Reads a table's columns from the catalog (none when the table does not exist). On SQLite, a
+/// table qualified by a name that is not an attached database (`public.jobs`, written as on
+/// PostgreSQL) is an [`Error::Schema`] that says so, for `queue`.
 pub(crate) async fn read_catalog<DB: Backend>(
     conn: &mut DB::Connection,
+    queue: &str,
     table: &str,
 ) -> Result<Vec<Column>> {
     let quoted = DB::DIALECT.quote_table(table)?;
     let (schema, bare) = table_parts(table)?;
+    if let (Dialect::Sqlite, Some(schema)) = (DB::DIALECT, schema) {
+        let list = SqlStr::from_static(dialect::sqlite_attached());
+        let attached = DB::fetch_text(conn, query_values::<DB>(list, &[]))
+            .await?
+            .unwrap_or_default();
+        let attached: Vec<&str> = attached.lines().collect();
+        if !attached
+            .iter()
+            .any(|name| name.eq_ignore_ascii_case(schema))
+        {
+            let reason = dialect::sqlite_qualified(schema, bare, Some(&attached));
+            return Err(Error::schema(queue, table, None, reason));
+        }
+    }
     let values = match DB::DIALECT {
         Dialect::Postgres => vec![Value::Text(Some(&quoted))],
         Dialect::MySql => vec![Value::Text(schema), Value::Text(Some(bare))],
-        Dialect::Sqlite => vec![Value::Text(Some(bare)), Value::Text(schema)],
+        Dialect::Sqlite => [Value::Text(Some(bare)), Value::Text(schema)].repeat(2),
     };
     let sql = SqlStr::from_static(dialect::catalog(DB::DIALECT));
-    Ok(DB::fetch_triples(conn, query_values::<DB>(sql, &values)).await?)
+    let rows = DB::fetch_quads(conn, query_values::<DB>(sql, &values)).await?;
+    Ok(rows.into_iter().map(Column::from_catalog).collect())
 }
 
 /// Reads the table's columns from the catalog and checks each role's column and type.
@@ -581,7 +685,7 @@ async fn check_columns<DB: Backend>(
     config: &QueueConfig,
 ) -> Result<Vec<Column>> {
     let table = &config.table;
-    let columns = read_catalog::<DB>(conn, &table.name).await?;
+    let columns = read_catalog::<DB>(conn, config.label(), &table.name).await?;
     let schema_error = |column: Option<&str>, reason: String| {
         Error::schema(config.label(), &table.name, column, reason)
     };
@@ -613,13 +717,8 @@ async fn check_columns<DB: Backend>(
         roles.push(("lease", column, Kind::Time));
     }
 
-    // PostgreSQL's quoted names are case-sensitive; MySQL's and SQLite's columns are not.
-    let same = |a: &str, b: &str| match DB::DIALECT {
-        Dialect::Postgres => a == b,
-        Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
-    };
     for (role, column, kind) in roles {
-        let Some((_, ty, nullable)) = columns.iter().find(|(name, _, _)| same(name, column)) else {
+        let Some(Column { ty, nullable, .. }) = find_column(DB::DIALECT, &columns, column) else {
             return Err(schema_error(
                 Some(column),
                 format!("the {role} column does not exist"),
@@ -638,13 +737,13 @@ async fn check_columns<DB: Backend>(
         // Time roles are NULL until set; payload and attempt are read as values.
         let needs_null = matches!(kind, Kind::Time);
         let needs_value = matches!(role, "payload" | "attempt");
-        if needs_null && nullable != "YES" {
+        if needs_null && !nullable {
             return Err(schema_error(
                 Some(column),
                 format!("the {role} column must take NULL (NULL means not set)"),
             ));
         }
-        if needs_value && nullable == "YES" {
+        if needs_value && *nullable {
             return Err(schema_error(
                 Some(column),
                 format!("the {role} column must be NOT NULL"),

@@ -15,6 +15,7 @@ include!("transactional.rs");
 include!("batch.rs");
 include!("redelivery.rs");
 include!("shutdown.rs");
+include!("attempts.rs");
 
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
@@ -71,6 +72,18 @@ macro_rules! per_database {
                 use super::*;
                 include!("identity.rs");
             }
+            mod dead_table {
+                use super::*;
+                include!("dead_table.rs");
+            }
+            mod custom_sql {
+                use super::*;
+                include!("custom_sql.rs");
+            }
+            mod refusals {
+                use super::*;
+                include!("refusals.rs");
+            }
             held_form_tests!(advisory, advisory_lock, true);
             dead_letter_tests!(lease_dead, true, lease("locked_until"));
             dead_letter_tests!(advisory_dead, true, advisory_lock());
@@ -82,6 +95,8 @@ macro_rules! per_database {
             redelivery_tests!(advisory_redelivery, advisory_lock());
             shutdown_tests!(lease_shutdown, lease("locked_until"));
             shutdown_tests!(advisory_shutdown, advisory_lock());
+            attempt_column_tests!(lease_attempts, true, lease("locked_until"));
+            attempt_column_tests!(advisory_attempts, true, advisory_lock());
             $(
                 held_form_tests!($row_lock, row_lock, false);
                 dead_letter_tests!(row_lock_dead, false, $row_lock());
@@ -89,6 +104,7 @@ macro_rules! per_database {
                 batch_tests!(row_lock_batch, true, $row_lock());
                 redelivery_tests!(row_lock_redelivery, $row_lock());
                 shutdown_tests!(row_lock_shutdown, $row_lock());
+                attempt_column_tests!(row_lock_attempts, false, $row_lock());
             )?
         }
     )*};

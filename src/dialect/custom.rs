@@ -1,0 +1,491 @@
+//! A service's own settlement statements ([`Queue::custom`](crate::Queue::custom)): their
+//! markers become placeholders, and a text that holds more than one statement is refused.
+//!
+//! The text is scanned as the database's lexer reads it, so a `;` or a marker inside a string,
+//! a quoted identifier or a comment is neither a statement's end nor a placeholder. This scan is
+//! what keeps a second statement out on SQLite, whose driver prepares the first statement of a
+//! text and runs the others too; PostgreSQL and MySQL/MariaDB refuse several statements in a
+//! prepared one anyway (so where their lexers depend on a setting — PostgreSQL's
+//! `standard_conforming_strings`, MySQL's `NO_BACKSLASH_ESCAPES` and `ANSI_QUOTES` — the server
+//! still has the last word).
+
+use super::{Dialect, Slot, SqlWriter, Stmt};
+
+/// Renders a service's own settlement statement: its markers `:id`, `:token`, `:at`, `:dead`,
+/// `:now` and `:group` become this dialect's placeholders, bound with the settlement's values.
+/// Strings, quoted identifiers, comments and PostgreSQL's `::` casts are left alone. One
+/// trailing `;` (followed by nothing but blanks and comments) is dropped.
+///
+/// # Errors
+///
+/// An unknown marker, a second statement, an unterminated string, quoted identifier or comment,
+/// or no statement at all, in words.
+pub(crate) fn custom(dialect: Dialect, sql: &str) -> Result<Stmt, String> {
+    let mut scan = Scan {
+        dialect,
+        sql,
+        bytes: sql.as_bytes(),
+        at: 0,
+    };
+    let mut w = SqlWriter::new(dialect);
+    let mut copied = 0;
+    let mut end = None;
+    let mut empty = true;
+    while let Some(c) = scan.peek(0) {
+        if scan.skip_blank_or_comment()? {
+            continue;
+        }
+        if let Some(semicolon) = end {
+            return Err(format!(
+                "more than one statement: text follows the `;` at byte {semicolon} (`{}`); a \
+                 custom statement is one statement",
+                excerpt(&sql[scan.at..])
+            ));
+        }
+        if c == b';' {
+            end = Some(scan.at);
+            scan.at += 1;
+            continue;
+        }
+        empty = false;
+        match c {
+            b':' if scan.peek(1) == Some(b':') => scan.at += 2,
+            b':' if scan.peek(1).is_some_and(|next| next.is_ascii_alphabetic()) => {
+                w.push(&sql[copied..scan.at]);
+                let name_start = scan.at + 1;
+                scan.at = name_start;
+                while scan
+                    .peek(0)
+                    .is_some_and(|next| next.is_ascii_alphanumeric() || next == b'_')
+                {
+                    scan.at += 1;
+                }
+                w.param(marker(&sql[name_start..scan.at])?);
+                copied = scan.at;
+            }
+            _ => scan.skip_token()?,
+        }
+    }
+    if empty {
+        return Err("the statement is empty".to_owned());
+    }
+    w.push(&sql[copied..end.unwrap_or(sql.len())]);
+    Ok(w.finish())
+}
+
+fn marker(name: &str) -> Result<Slot, String> {
+    Ok(match name {
+        "id" => Slot::Id,
+        "token" => Slot::Token,
+        "at" => Slot::At,
+        "dead" => Slot::DeadGroup,
+        "now" => Slot::Now,
+        "group" => Slot::Group,
+        other => {
+            return Err(format!(
+                "unknown marker `:{other}` (the markers are :id, :token, :at, :dead, :now and \
+                 :group)"
+            ));
+        }
+    })
+}
+
+/// The start of `rest`, for a message.
+fn excerpt(rest: &str) -> String {
+    let mut excerpt: String = rest.chars().take(40).collect();
+    if excerpt.len() < rest.len() {
+        excerpt.push_str("..");
+    }
+    excerpt
+}
+
+/// A position in a statement's text. Every character the scan acts on is ASCII, so each
+/// position it stops at is a character boundary.
+struct Scan<'a> {
+    dialect: Dialect,
+    sql: &'a str,
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl Scan<'_> {
+    fn peek(&self, ahead: usize) -> Option<u8> {
+        self.bytes.get(self.at + ahead).copied()
+    }
+
+    /// Whether the byte before the current one continues a word (so `$` or `E'` here is part of
+    /// an identifier, not a quote).
+    fn after_word(&self) -> bool {
+        self.at > 0 && {
+            let before = self.bytes[self.at - 1];
+            before.is_ascii_alphanumeric() || matches!(before, b'_' | b'$') || before >= 0x80
+        }
+    }
+
+    /// Skips one blank or one comment; `false` when the text here is neither.
+    fn skip_blank_or_comment(&mut self) -> Result<bool, String> {
+        let Some(c) = self.peek(0) else {
+            return Ok(false);
+        };
+        if c.is_ascii_whitespace() {
+            self.at += 1;
+            return Ok(true);
+        }
+        let line_comment = match (c, self.peek(1)) {
+            // MySQL's `--` starts a comment only when a blank or a control character follows
+            // (`5--1` is 5 - -1).
+            (b'-', Some(b'-')) if self.dialect == Dialect::MySql => {
+                self.peek(2).is_none_or(|next| next <= b' ')
+            }
+            (b'-', Some(b'-')) => true,
+            (b'#', _) => self.dialect == Dialect::MySql,
+            _ => false,
+        };
+        if line_comment {
+            self.at = self.sql[self.at..]
+                .find('\n')
+                .map_or(self.sql.len(), |newline| self.at + newline + 1);
+            return Ok(true);
+        }
+        if (c, self.peek(1)) != (b'/', Some(b'*')) {
+            return Ok(false);
+        }
+        // MySQL and MariaDB run the text of `/*! .. */` and `/*M! .. */` as SQL: it is scanned
+        // as such, its opening and closing marks as blanks.
+        if self.dialect == Dialect::MySql {
+            let opening = match (self.peek(2), self.peek(3)) {
+                (Some(b'!'), _) => Some(3),
+                (Some(b'M'), Some(b'!')) => Some(4),
+                _ => None,
+            };
+            if let Some(opening) = opening {
+                self.at += opening;
+                return Ok(true);
+            }
+        }
+        // PostgreSQL's block comments nest; MySQL's and SQLite's end at the first `*/`.
+        let nests = self.dialect == Dialect::Postgres;
+        let start = self.at;
+        let mut depth = 0usize;
+        loop {
+            match (self.peek(0), self.peek(1)) {
+                (None, _) => {
+                    return Err(format!(
+                        "an unterminated comment at byte {start}: `{}`",
+                        excerpt(&self.sql[start..])
+                    ));
+                }
+                (Some(b'/'), Some(b'*')) if depth == 0 || nests => {
+                    depth += 1;
+                    self.at += 2;
+                }
+                (Some(b'*'), Some(b'/')) => {
+                    depth -= 1;
+                    self.at += 2;
+                    if depth == 0 {
+                        return Ok(true);
+                    }
+                }
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// Skips one token that is not a blank, a comment, `;` or a marker: a string, a quoted
+    /// identifier, or a byte of anything else. A `*/` left by a MySQL `/*! .. */` is a blank.
+    fn skip_token(&mut self) -> Result<(), String> {
+        let c = self.peek(0).expect("a byte to skip");
+        let mysql = self.dialect == Dialect::MySql;
+        match c {
+            b'\'' => self.quoted(b'\'', mysql),
+            // PostgreSQL's and SQLite's identifiers; MySQL's strings (or identifiers, with
+            // ANSI_QUOTES).
+            b'"' => self.quoted(b'"', mysql),
+            b'`' if self.dialect != Dialect::Postgres => self.quoted(b'`', false),
+            b'[' if self.dialect == Dialect::Sqlite => self.closed_by(b']'),
+            b'E' | b'e'
+                if self.dialect == Dialect::Postgres
+                    && self.peek(1) == Some(b'\'')
+                    && !self.after_word() =>
+            {
+                self.at += 1;
+                self.quoted(b'\'', true)
+            }
+            b'$' if self.dialect == Dialect::Postgres && !self.after_word() => self.dollar_quoted(),
+            b'*' if mysql && self.peek(1) == Some(b'/') => {
+                self.at += 2;
+                Ok(())
+            }
+            _ => {
+                self.at += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Skips a string or identifier quoted with `quote`, in which a doubled quote stands for
+    /// itself, and a backslash escapes the next character where `backslash`.
+    fn quoted(&mut self, quote: u8, backslash: bool) -> Result<(), String> {
+        let start = self.at;
+        self.at += 1;
+        loop {
+            match self.peek(0) {
+                None => {
+                    return Err(format!(
+                        "an unterminated {} at byte {start}: `{}`",
+                        if quote == b'\'' {
+                            "string"
+                        } else {
+                            "quoted name"
+                        },
+                        excerpt(&self.sql[start..])
+                    ));
+                }
+                Some(b'\\') if backslash => self.at += 2,
+                Some(c) if c == quote && self.peek(1) == Some(quote) => self.at += 2,
+                Some(c) if c == quote => {
+                    self.at += 1;
+                    return Ok(());
+                }
+                Some(_) => self.at += 1,
+            }
+        }
+    }
+
+    /// Skips SQLite's `[name]`.
+    fn closed_by(&mut self, close: u8) -> Result<(), String> {
+        let start = self.at;
+        match self.sql[start + 1..].find(char::from(close)) {
+            Some(offset) => {
+                self.at = start + 1 + offset + 1;
+                Ok(())
+            }
+            None => Err(format!(
+                "an unterminated quoted name at byte {start}: `{}`",
+                excerpt(&self.sql[start..])
+            )),
+        }
+    }
+
+    /// Skips PostgreSQL's `$tag$ .. $tag$` (the tag may be empty); a `$` that opens none (`$1`)
+    /// is one byte.
+    fn dollar_quoted(&mut self) -> Result<(), String> {
+        let start = self.at;
+        let tag_len = self.sql[start + 1..]
+            .bytes()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == b'_' || *c >= 0x80)
+            .count();
+        let first = self.bytes.get(start + 1).copied();
+        let closes = self.bytes.get(start + 1 + tag_len) == Some(&b'$');
+        if !closes || first.is_some_and(|c| c.is_ascii_digit()) {
+            self.at += 1;
+            return Ok(());
+        }
+        let tag = &self.sql[start..start + tag_len + 2];
+        let body = start + tag.len();
+        match self.sql[body..].find(tag) {
+            Some(offset) => {
+                self.at = body + offset + tag.len();
+                Ok(())
+            }
+            None => Err(format!(
+                "an unterminated {tag} string at byte {start}: `{}`",
+                excerpt(&self.sql[start..])
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Dialect::{MySql, Postgres, Sqlite};
+
+    fn text(dialect: Dialect, sql: &str) -> String {
+        custom(dialect, sql)
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .text()
+            .to_owned()
+    }
+
+    fn refused(dialect: Dialect, sql: &str) -> String {
+        match custom(dialect, sql) {
+            Ok(stmt) => panic!("{dialect:?} accepted {sql:?} as {:?}", stmt.text()),
+            Err(reason) => reason,
+        }
+    }
+
+    #[test]
+    fn markers_become_placeholders_outside_quotes_and_casts() {
+        let sql =
+            "UPDATE jobs SET done_at = :now, note = 'at :id' WHERE id = :id AND x::text <> ':dead'";
+        let stmt = custom(Postgres, sql).unwrap();
+        assert_eq!(
+            stmt.text(),
+            "UPDATE jobs SET done_at = $1, note = 'at :id' WHERE id = $2 AND x::text <> ':dead'"
+        );
+        assert_eq!(&*stmt.slots, &[Slot::Now, Slot::Id]);
+        assert_eq!(
+            text(MySql, "DELETE FROM `a:b` WHERE id = :id"),
+            "DELETE FROM `a:b` WHERE id = ?"
+        );
+        let error = refused(Sqlite, "DELETE FROM jobs WHERE id = :ident");
+        assert!(error.contains(":ident"), "{error}");
+    }
+
+    #[test]
+    fn markers_in_comments_are_left_alone() {
+        for dialect in [Postgres, MySql, Sqlite] {
+            let stmt = custom(
+                dialect,
+                "DELETE FROM jobs /* not :token */ WHERE id = :id -- by :worker",
+            )
+            .unwrap();
+            assert_eq!(&*stmt.slots, &[Slot::Id], "{dialect:?}");
+        }
+        let stmt = custom(MySql, "DELETE FROM jobs WHERE id = :id # by :worker").unwrap();
+        assert_eq!(&*stmt.slots, &[Slot::Id]);
+    }
+
+    #[test]
+    fn a_second_statement_is_refused() {
+        for dialect in [Postgres, MySql, Sqlite] {
+            for sql in [
+                "DELETE FROM jobs WHERE id = :id; DROP TABLE canary",
+                "DELETE FROM jobs WHERE id = :id;DROP TABLE canary;",
+                "DELETE FROM jobs WHERE id = :id; /* c */ DROP TABLE canary",
+                "DELETE FROM jobs WHERE id = :id; -- c\nDROP TABLE canary",
+                "DELETE FROM jobs WHERE id = :id;;",
+                "DELETE FROM jobs WHERE note = 'a'';'; DROP TABLE canary",
+            ] {
+                let error = refused(dialect, sql);
+                assert!(error.contains("more than one statement"), "{error}");
+                assert!(
+                    error.contains("DROP TABLE canary") || sql.ends_with(";;"),
+                    "{error}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn one_trailing_semicolon_is_dropped() {
+        for dialect in [Postgres, MySql, Sqlite] {
+            for sql in [
+                "DELETE FROM jobs WHERE id = :id;",
+                "DELETE FROM jobs WHERE id = :id ;  \n",
+                "DELETE FROM jobs WHERE id = :id; -- done",
+                "DELETE FROM jobs WHERE id = :id; /* done */ ",
+            ] {
+                let text = text(dialect, sql);
+                assert!(!text.contains(';'), "{dialect:?}: {text}");
+                assert!(text.starts_with("DELETE FROM jobs WHERE id = "), "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn semicolons_in_strings_and_quoted_names_are_text() {
+        for dialect in [Postgres, MySql, Sqlite] {
+            text(dialect, "UPDATE jobs SET note = 'a;b' WHERE id = :id");
+            text(
+                dialect,
+                "UPDATE jobs SET note = 'it''s; done' WHERE id = :id",
+            );
+        }
+        text(
+            Postgres,
+            r#"UPDATE "jobs;x" SET "a""b;" = 1 WHERE id = :id"#,
+        );
+        text(Sqlite, r#"UPDATE "jobs;x" SET [a;b] = 1 WHERE id = :id"#);
+        text(
+            MySql,
+            "UPDATE `jobs;x` SET `a``b;` = \"c;\"\"d\" WHERE id = :id",
+        );
+        text(Sqlite, "UPDATE `jobs;x` SET `a``b;` = 1 WHERE id = :id");
+        // A backslash escapes a quote in MySQL's strings and PostgreSQL's E'..' strings only.
+        text(
+            MySql,
+            r"UPDATE jobs SET note = 'it\'s; done' WHERE id = :id",
+        );
+        text(
+            Postgres,
+            r"UPDATE jobs SET note = E'it\'s; done' WHERE id = :id",
+        );
+        refused(
+            Postgres,
+            r"UPDATE jobs SET note = 'a\'; DROP TABLE canary; --'",
+        );
+        refused(
+            Sqlite,
+            r"UPDATE jobs SET note = 'a\'; DROP TABLE canary; --'",
+        );
+        text(
+            MySql,
+            r"UPDATE jobs SET note = 'a\'; DROP TABLE canary; --'",
+        );
+    }
+
+    #[test]
+    fn postgres_dollar_quotes_and_nested_comments() {
+        let stmt = custom(
+            Postgres,
+            "UPDATE jobs SET note = $$a; :id$$ || $q$ $$; $q$ WHERE id = :id",
+        )
+        .unwrap();
+        assert_eq!(&*stmt.slots, &[Slot::Id]);
+        text(Postgres, "UPDATE jobs SET a$b = 1 WHERE id = :id");
+        text(
+            Postgres,
+            "DELETE FROM jobs /* a /* nested; */ still; */ WHERE id = :id",
+        );
+        refused(
+            MySql,
+            "DELETE FROM jobs /* a /* nested; */ still; */ WHERE id = :id",
+        );
+        refused(Postgres, "UPDATE jobs SET note = $q$a; WHERE id = :id");
+    }
+
+    #[test]
+    fn mysql_comments() {
+        text(
+            MySql,
+            "DELETE FROM jobs WHERE id = :id # ; DROP TABLE canary",
+        );
+        refused(
+            Postgres,
+            "DELETE FROM jobs WHERE id = :id # ; DROP TABLE canary",
+        );
+        // `--` without a blank after it is two minus signs on MySQL.
+        refused(
+            MySql,
+            "DELETE FROM jobs WHERE id = :id --1; DROP TABLE canary",
+        );
+        // The text of an executable comment is SQL.
+        refused(
+            MySql,
+            "DELETE FROM jobs WHERE id = :id /*! ; DROP TABLE canary */",
+        );
+        refused(
+            MySql,
+            "DELETE FROM jobs WHERE id = :id /*M! ; DROP TABLE canary */",
+        );
+        let stmt = custom(
+            MySql,
+            "DELETE FROM jobs WHERE id = :id /*!50000 AND 1 = 1 */",
+        )
+        .unwrap();
+        assert_eq!(&*stmt.slots, &[Slot::Id]);
+    }
+
+    #[test]
+    fn unterminated_and_empty_texts_are_refused() {
+        for dialect in [Postgres, MySql, Sqlite] {
+            assert!(refused(dialect, "DELETE FROM jobs WHERE note = 'a").contains("unterminated"));
+            assert!(refused(dialect, "DELETE FROM jobs /* a").contains("unterminated"));
+            assert!(refused(dialect, " -- nothing\n ;").contains("empty"));
+            assert!(refused(dialect, "").contains("empty"));
+        }
+        assert!(refused(Sqlite, "DELETE FROM [jobs WHERE id = :id").contains("unterminated"));
+    }
+}
