@@ -32,6 +32,8 @@ pub struct ClaimedRow {
     /// The server session that holds the row (MySQL/MariaDB transactional row lock and advisory
     /// claims), so a delivery cancelled at shutdown can end it.
     pub(crate) session: Option<i64>,
+    /// Why the row's payload or attempt did not decode: it never reaches the handler.
+    pub(crate) undecodable: Option<String>,
 }
 
 pub(crate) type Q<DB> = Query<'static, DB, <DB as sqlx::Database>::Arguments>;
@@ -165,6 +167,33 @@ pub(crate) mod private {
 
 use private::Driver;
 
+/// Whether `error` is a row's own: a value the statement could not compute or store, a
+/// constraint or a trigger refusing the row, a value that does not decode. Anything else (a lost
+/// connection, a timeout, a deadlock) is the database's, and backs off the whole queue.
+pub(crate) fn is_row_error(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => true,
+        sqlx::Error::Database(db) => {
+            use sqlx::error::ErrorKind;
+            if !matches!(db.kind(), ErrorKind::Other) {
+                return true; // unique, foreign key, not null, check
+            }
+            let code = db.code().unwrap_or_default();
+            // SQLSTATE 22 (data exception), 23 (integrity), P0001 (PostgreSQL's RAISE), 45000
+            // (MySQL's SIGNAL); SQLite's extended codes of SQLITE_CONSTRAINT (19), SQLITE_TOOBIG
+            // (18) and SQLITE_MISMATCH (20).
+            code.starts_with("22")
+                || code.starts_with("23")
+                || code == "P0001"
+                || code == "45000"
+                || code
+                    .parse::<u32>()
+                    .is_ok_and(|code| matches!(code & 0xff, 18..=20))
+        }
+        _ => false,
+    }
+}
+
 /// Builds the query of `stmt`, binding each slot from `args`.
 pub(crate) fn query<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> Q<DB> {
     let mut q = sqlx::query::<DB>(stmt.sql());
@@ -220,19 +249,30 @@ macro_rules! driver_common {
             let session = 2 + usize::from(with_attempt);
             rows.iter()
                 .map(|row| {
+                    // The id identifies the row; a value of the rest that does not decode marks
+                    // this row alone, which the runner settles by the decode policy.
+                    let id = row.try_get(0)?;
+                    let rest = || -> Result<_, sqlx::Error> {
+                        let attempt = match with_attempt {
+                            true => Some(row.try_get(2)?),
+                            false => None,
+                        };
+                        Ok((row.try_get(1)?, attempt))
+                    };
+                    let (payload, attempt, undecodable) = match rest() {
+                        Ok((payload, attempt)) => (payload, attempt, None),
+                        Err(error) => (Vec::new(), None, Some(error.to_string())),
+                    };
                     Ok(ClaimedRow {
-                        id: row.try_get(0)?,
-                        payload: row.try_get(1)?,
-                        attempt: if with_attempt {
-                            Some(row.try_get(2)?)
-                        } else {
-                            None
-                        },
+                        id,
+                        payload,
+                        attempt,
                         session: if row.len() > session {
                             Some(row.try_get(session)?)
                         } else {
                             None
                         },
+                        undecodable,
                     })
                 })
                 .collect()
@@ -323,6 +363,7 @@ mod postgres {
                 .map(|slot| match slot {
                     Slot::Id
                     | Slot::IdAt(_)
+                    | Slot::Excluded(_)
                     | Slot::Limit
                     | Slot::Key
                     | Slot::KeyClass

@@ -28,6 +28,7 @@ fn statement(role: impl Into<String>, stmt: &Stmt) -> Statement {
             .map(|slot| match slot {
                 Slot::Id => "id".to_owned(),
                 Slot::IdAt(i) => format!("id_at_{i}"),
+                Slot::Excluded(i) => format!("excluded_{i}"),
                 Slot::Token => "token".to_owned(),
                 Slot::TokenAt(i) => format!("token_at_{i}"),
                 Slot::NewToken => "new_token".to_owned(),

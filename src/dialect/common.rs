@@ -6,6 +6,11 @@ use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
 #[derive(Debug, Clone)]
 pub(crate) struct LeaseSql {
     pub(crate) claim: Claim,
+    /// The claim, passing over held-back rows.
+    pub(crate) claim_excluding: Claim,
+    /// The id the claim would take next, passing over held-back rows: the row a claim that
+    /// failed for a reason of its own failed on.
+    pub(crate) next: Stmt,
     /// `lease = new token`, guarded by the current token.
     pub(crate) extend: Stmt,
     /// `lease = NULL`, guarded: retry, and a delivery dropped unsettled.
@@ -28,6 +33,9 @@ pub(crate) struct LeaseSql {
 /// How many acknowledgements one statement settles at most.
 pub(crate) const MAX_FINISH: usize = 64;
 
+/// How many held-back rows a claim passes over at most (`Slot::Excluded`).
+pub(crate) const MAX_EXCLUDED: u16 = 16;
+
 /// Acknowledgements of many lease rows at once.
 #[derive(Debug, Clone)]
 pub(crate) enum FinishMany {
@@ -46,12 +54,13 @@ pub(crate) enum FinishMany {
 impl LeaseSql {
     /// Every statement, to prepare at start.
     pub(crate) fn statements(&self) -> Vec<&Stmt> {
-        let mut all = match &self.claim {
-            Claim::Returning(stmt) => vec![stmt],
-            Claim::SelectThenUpdate { select, updates } => {
-                std::iter::once(select).chain(updates.iter()).collect()
-            }
-        };
+        let mut all = self.claim.statements();
+        if let Claim::SelectThenUpdate { select, .. } = &self.claim_excluding {
+            all.push(select);
+        } else {
+            all.extend(self.claim_excluding.statements());
+        }
+        all.push(&self.next);
         all.extend([
             &self.extend,
             &self.release,
@@ -123,9 +132,33 @@ pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
         and(w);
         fifo(w, n);
     }
+    if n.excluding {
+        and(w);
+        w.push(&n.id).push(" NOT IN (");
+        for i in 0..MAX_EXCLUDED {
+            if i > 0 {
+                w.push(", ");
+            }
+            w.param(Slot::Excluded(i));
+        }
+        w.push(")");
+    }
     if !any {
         w.push("1 = 1");
     }
+}
+
+/// The id a claim would take next: `SELECT id .. WHERE <claimable> ORDER BY .. LIMIT 1`, a plain
+/// read that locks nothing.
+pub(crate) fn next(n: &Names) -> Stmt {
+    let mut w = n.writer();
+    w.push("SELECT ");
+    as_i64(&mut w, &n.id);
+    w.push(" FROM ").push(&n.table).push(" WHERE ");
+    claimable(&mut w, n);
+    order(&mut w, n);
+    w.push(" LIMIT 1");
+    w.finish()
 }
 
 /// FIFO within a group: a row is claimable only when no other row of its group is in work
@@ -312,7 +345,7 @@ fn finish_many(n: &Names, lease: &str) -> FinishMany {
     }
 }
 
-pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
+pub(super) fn lease(n: &Names, claim: Claim, claim_excluding: Claim, next: Stmt) -> LeaseSql {
     let lease = n
         .lease
         .as_deref()
@@ -379,6 +412,8 @@ pub(super) fn lease(n: &Names, claim: Claim) -> LeaseSql {
 
     LeaseSql {
         claim,
+        claim_excluding,
+        next,
         extend,
         release,
         release_either,

@@ -11,6 +11,10 @@ pub(crate) struct RowLockSql {
     pub(crate) begin: Option<&'static str>,
     /// `SELECT id, payload[, attempt] .. LIMIT ? FOR UPDATE SKIP LOCKED`.
     pub(crate) claim: Stmt,
+    /// The claim, passing over held-back rows.
+    pub(crate) claim_excluding: Stmt,
+    /// The id the claim would take next, passing over held-back rows.
+    pub(crate) next: Stmt,
     /// ack and drop: `DELETE`, or `processed_at = now`.
     pub(crate) finish: Stmt,
     /// retry: `attempt = attempt + 1` (stopping at the column's largest value); absent without
@@ -26,6 +30,8 @@ pub(crate) struct RowLockSql {
 pub(crate) struct AdvisorySql {
     /// Ids of claimable rows whose keys no session holds (PostgreSQL, MySQL), in id order.
     pub(crate) candidates: Stmt,
+    /// The candidates, passing over held-back rows.
+    pub(crate) candidates_excluding: Stmt,
     /// Takes the key of row `id` without waiting: returns 1 when taken (absent on SQLite, whose
     /// keys are held in the process).
     pub(crate) lock: Option<Stmt>,
@@ -87,15 +93,18 @@ fn retry_after_by_id(n: &Names, count: bool) -> Option<Stmt> {
 }
 
 pub(crate) fn row_lock(n: &Names) -> RowLockSql {
-    let mut w = n.writer();
-    select_row(&mut w, n);
-    w.push(" WHERE ");
-    claimable(&mut w, n);
-    order(&mut w, n);
-    w.push(" LIMIT ")
-        .param(Slot::Limit)
-        .push(" FOR UPDATE SKIP LOCKED");
-    let claim = w.finish();
+    let claim = |n: &Names| {
+        let mut w = n.writer();
+        select_row(&mut w, n);
+        w.push(" WHERE ");
+        claimable(&mut w, n);
+        order(&mut w, n);
+        w.push(" LIMIT ")
+            .param(Slot::Limit)
+            .push(" FOR UPDATE SKIP LOCKED");
+        w.finish()
+    };
+    let excluding = n.excluding();
 
     let retry = n.attempt.as_deref().map(|attempt| {
         let mut w = n.writer();
@@ -107,7 +116,9 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
 
     RowLockSql {
         begin: (n.dialect == Dialect::MySql).then_some(mysql::BEGIN_READ_COMMITTED),
-        claim,
+        claim: claim(n),
+        claim_excluding: claim(&excluding),
+        next: super::common::next(&excluding),
         finish: finish_by_id(n),
         retry,
         retry_after: retry_after_by_id(n, true),
@@ -115,19 +126,21 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
 }
 
 pub(crate) fn advisory(n: &Names) -> AdvisorySql {
-    let mut w = n.writer();
-    w.push("SELECT ");
-    as_i64(&mut w, &n.id);
-    w.push(" FROM ").push(&n.table).push(" WHERE ");
-    claimable(&mut w, n);
-    match n.dialect {
-        Dialect::Postgres => postgres::key_not_held(&mut w, n),
-        Dialect::MySql => mysql::key_not_held(&mut w, n),
-        Dialect::Sqlite => {}
-    }
-    order(&mut w, n);
-    w.push(" LIMIT ").param(Slot::Limit);
-    let candidates = w.finish();
+    let candidates = |n: &Names| {
+        let mut w = n.writer();
+        w.push("SELECT ");
+        as_i64(&mut w, &n.id);
+        w.push(" FROM ").push(&n.table).push(" WHERE ");
+        claimable(&mut w, n);
+        match n.dialect {
+            Dialect::Postgres => postgres::key_not_held(&mut w, n),
+            Dialect::MySql => mysql::key_not_held(&mut w, n),
+            Dialect::Sqlite => {}
+        }
+        order(&mut w, n);
+        w.push(" LIMIT ").param(Slot::Limit);
+        w.finish()
+    };
 
     let (lock, unlock) = match n.dialect {
         Dialect::Postgres => (Some(postgres::try_lock()), Some(postgres::unlock())),
@@ -170,7 +183,8 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
     let take = w.finish();
 
     AdvisorySql {
-        candidates,
+        candidates: candidates(n),
+        candidates_excluding: candidates(&n.excluding()),
         lock,
         unlock,
         take,

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::queue::config::{Form, QueueConfig};
 use crate::table::{PayloadType, Table, table_parts, validate_ident};
 
-pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_FINISH};
+pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_EXCLUDED, MAX_FINISH};
 pub(crate) use custom::custom;
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
@@ -151,6 +151,9 @@ pub(crate) enum Slot {
     IdAt(u16),
     /// The delivery's current lease token.
     Token,
+    /// The `i`-th id a claim passes over (rows held back in this process after a failure of
+    /// their own), padded with the first.
+    Excluded(u16),
     /// The `i`-th token of a list (acknowledgements of many rows).
     TokenAt(u16),
     /// A new lease token (claim, extension).
@@ -205,6 +208,7 @@ use sqlx::SqlSafeStr as _;
 pub(crate) struct Args<'a> {
     pub(crate) id: i64,
     pub(crate) ids: &'a [i64],
+    pub(crate) excluded: &'a [i64],
     pub(crate) tokens: &'a [DateTime<Utc>],
     pub(crate) token: Option<DateTime<Utc>>,
     pub(crate) new_token: Option<DateTime<Utc>>,
@@ -253,6 +257,14 @@ impl<'a> Args<'a> {
                     .or(self.ids.last())
                     .copied()
                     .unwrap_or(self.id),
+            ),
+            // Padded with the first: repeating an id in `NOT IN (..)` is harmless.
+            Slot::Excluded(i) => Value::I64(
+                self.excluded
+                    .get(usize::from(i))
+                    .or(self.excluded.first())
+                    .copied()
+                    .unwrap_or(i64::MIN),
             ),
             Slot::Token => Value::Time(self.token),
             // Padded as `IdAt` is: the last pair repeated.
@@ -357,6 +369,9 @@ pub(crate) struct Names {
     pub(crate) one_group: bool,
     /// Whether enqueues send the table's notification (PostgreSQL).
     pub(crate) notify: bool,
+    /// Whether claims pass over the ids bound to [`Slot::Excluded`] (the claims' variants for a
+    /// queue that holds rows back).
+    pub(crate) excluding: bool,
     /// Whether claims that hold a connection also return its server session (MySQL/MariaDB
     /// transactional row lock and advisory queues: a delivery cancelled at shutdown ends it).
     pub(crate) session: bool,
@@ -382,6 +397,7 @@ impl Names {
             fifo: false,
             one_group: table.group.is_some(),
             notify: table.notify,
+            excluding: false,
             session: false,
         })
     }
@@ -404,6 +420,14 @@ impl Names {
             .map(|a| dialect.quote(a))
             .transpose()?;
         Ok(names)
+    }
+
+    /// These names, for the claims' variants that pass over held-back rows.
+    pub(crate) fn excluding(&self) -> Names {
+        Names {
+            excluding: true,
+            ..self.clone()
+        }
     }
 
     pub(crate) fn writer(&self) -> SqlWriter {
@@ -454,12 +478,18 @@ impl Names {
 
 /// Renders the lease form's statements for `names`.
 pub(crate) fn lease(names: &Names, max_claim: usize) -> LeaseSql {
-    let claim = match names.dialect {
+    let claim = |names: &Names| match names.dialect {
         Dialect::Postgres => postgres::lease_claim(names),
         Dialect::MySql => mysql::lease_claim(names, max_claim),
         Dialect::Sqlite => sqlite::lease_claim(names),
     };
-    common::lease(names, claim)
+    let excluding = names.excluding();
+    common::lease(
+        names,
+        claim(names),
+        claim(&excluding),
+        common::next(&excluding),
+    )
 }
 
 /// A row whole, by id: what a row mode handler decodes.
@@ -535,6 +565,16 @@ pub(crate) enum Claim {
 }
 
 impl Claim {
+    /// Its statements, to prepare at start.
+    pub(crate) fn statements(&self) -> Vec<&Stmt> {
+        match self {
+            Claim::Returning(stmt) => vec![stmt],
+            Claim::SelectThenUpdate { select, updates } => {
+                std::iter::once(select).chain(updates.iter()).collect()
+            }
+        }
+    }
+
     /// The update statement for `n` ids (the smallest that fits; short lists are padded).
     pub(crate) fn update_for(updates: &[Stmt], n: usize) -> &Stmt {
         let k = n.next_power_of_two().trailing_zeros() as usize;

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 
 use super::held::{Conns, HeldConn, Key, held_in_process, held_in_process_count, take_in_process};
 use super::row_lock::no_retry_after;
-use super::{Clock, Custom, Dead, no_dead_letter};
+use super::{ClaimFailed, Clock, Custom, Dead, no_dead_letter};
 use crate::backend::{Backend, ClaimedRow, query};
 use crate::delivery::{Outcome, Settle};
 use crate::dialect::{AdvisorySql, Args};
@@ -114,6 +114,7 @@ impl AdvisoryForm {
         conn: &mut DB::Connection,
         want: usize,
         now: DateTime<Utc>,
+        excluded: &[i64],
     ) -> Result<VecDeque<i64>, sqlx::Error> {
         // SQLite's keys are held in this process, not skipped by the query: list past them.
         let held = match self.keys {
@@ -124,9 +125,14 @@ impl AdvisoryForm {
             now: Some(now),
             group: self.group.as_deref(),
             limit: i64::try_from(want * 2 + 2 + held).unwrap_or(i64::MAX),
+            excluded,
             ..self.keys.args(0)
         };
-        let ids = DB::fetch_i64s(conn, query(&self.sql.candidates, &args)).await?;
+        let candidates = match excluded {
+            [] => &self.sql.candidates,
+            _ => &self.sql.candidates_excluding,
+        };
+        let ids = DB::fetch_i64s(conn, query(candidates, &args)).await?;
         Ok(match self.keys {
             Keys::InProcess { table } => ids
                 .into_iter()
@@ -142,10 +148,14 @@ impl AdvisoryForm {
         &self,
         conns: &Conns<DB>,
         limit: usize,
-    ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), sqlx::Error> {
+        excluded: &[i64],
+    ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), ClaimFailed> {
         let now = self.clock.now();
         let mut conn = HeldConn::new(conns.get().await?);
-        let candidates = Mutex::new(self.candidates::<DB>(&mut conn, limit, now).await?);
+        let candidates = self
+            .candidates::<DB>(&mut conn, limit, now, excluded)
+            .await?;
+        let candidates = Mutex::new(candidates);
         let mut rows = Vec::with_capacity(limit);
         while rows.len() < limit {
             match self.take_on(&mut conn, &candidates, now).await? {
@@ -166,10 +176,13 @@ impl AdvisoryForm {
         conns: &Conns<DB>,
         index: usize,
         workers: usize,
-    ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
+        excluded: &[i64],
+    ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, ClaimFailed> {
         let now = self.clock.now();
         let mut conn = HeldConn::new(conns.get().await?);
-        let mut candidates = self.candidates::<DB>(&mut conn, workers, now).await?;
+        let mut candidates = self
+            .candidates::<DB>(&mut conn, workers, now, excluded)
+            .await?;
         if !candidates.is_empty() {
             let start = index % candidates.len();
             candidates.rotate_left(start);
@@ -184,13 +197,14 @@ impl AdvisoryForm {
         }
     }
 
-    /// Takes the next candidate whose key `conn` gets, and holds it there.
+    /// Takes the next candidate whose key `conn` gets, and holds it there. A take that fails for
+    /// a reason of the row's own releases its key and names the row.
     async fn take_on<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         candidates: &Mutex<VecDeque<i64>>,
         now: DateTime<Utc>,
-    ) -> Result<Option<ClaimedRow>, sqlx::Error> {
+    ) -> Result<Option<ClaimedRow>, ClaimFailed> {
         loop {
             let Some(id) = candidates
                 .lock()
@@ -207,18 +221,30 @@ impl AdvisoryForm {
                 group: self.group.as_deref(),
                 ..self.keys.args(id)
             };
-            let row = DB::fetch_claimed(conn, query(&self.sql.take, &args), self.with_attempt)
-                .await?
-                .pop();
-            let Some(row) = row else {
-                // Settled by another session since the candidates were listed.
-                self.unlock(conn, id).await?;
-                continue;
+            let taken = async {
+                let row =
+                    DB::fetch_claimed(&mut *conn, query(&self.sql.take, &args), self.with_attempt)
+                        .await?
+                        .pop();
+                if let (Some(_), Some(count)) = (&row, &self.sql.count) {
+                    DB::execute(&mut *conn, query(count, &args)).await?;
+                }
+                Ok::<_, sqlx::Error>(row)
             };
-            if let Some(count) = &self.sql.count {
-                DB::execute(conn, query(count, &args)).await?;
+            match taken.await {
+                Ok(Some(row)) => return Ok(Some(row)),
+                // Settled by another session since the candidates were listed.
+                Ok(None) => self.unlock(conn, id).await?,
+                Err(error) => {
+                    if crate::backend::is_row_error(&error) {
+                        self.unlock(conn, id).await?;
+                    }
+                    return Err(ClaimFailed {
+                        row: Some(id),
+                        error,
+                    });
+                }
             }
-            return Ok(Some(row));
         }
     }
 

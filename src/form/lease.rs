@@ -43,11 +43,13 @@ pub(crate) struct LeaseForm {
 }
 
 impl LeaseForm {
-    /// Claims up to `limit` rows in one committed step, counting their attempt.
+    /// Claims up to `limit` rows in one committed step, counting their attempt, passing over
+    /// the `excluded` ids.
     pub(crate) async fn claim<DB: Backend>(
         &self,
         conns: &Conns<DB>,
         limit: usize,
+        excluded: &[i64],
     ) -> Result<Claimed, sqlx::Error> {
         // The token is taken once the connection is: a wait for it does not shorten the lease.
         let mut conn = conns.get().await?;
@@ -59,10 +61,15 @@ impl LeaseForm {
             new_token: Some(token),
             group: self.group.as_deref(),
             limit: i64::try_from(limit.min(self.max_claim)).unwrap_or(i64::MAX),
+            excluded,
             ..Args::default()
         };
+        let claim = match excluded {
+            [] => &self.sql.claim,
+            _ => &self.sql.claim_excluding,
+        };
         let claimed = async {
-            Ok(match &self.sql.claim {
+            Ok(match claim {
                 Claim::Returning(stmt) => {
                     DB::fetch_claimed(&mut *conn, query(stmt, &args), self.with_attempt).await?
                 }
@@ -88,6 +95,25 @@ impl LeaseForm {
         conns.put(conn);
         rows.sort_unstable_by_key(|row| row.id);
         Ok(Claimed { rows, token, taken })
+    }
+
+    /// The id a claim passing over `excluded` would take next (the row a claim that failed for a
+    /// reason of its own failed on), if any.
+    pub(crate) async fn next<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        excluded: &[i64],
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let args = Args {
+            now: Some(self.clock.now()),
+            group: self.group.as_deref(),
+            excluded,
+            ..Args::default()
+        };
+        let mut conn = conns.get().await?;
+        let next = conns.checked(DB::fetch_i64(&mut conn, query(&self.sql.next, &args)).await)?;
+        conns.put(conn);
+        Ok(next)
     }
 
     /// Extends the lease of row `id` from `token`: the new token, or `None` when the lease was

@@ -115,18 +115,33 @@ pub(crate) enum Hold<DB: Backend> {
     Lent,
 }
 
+/// A claim that failed, and the row it failed on where the form knows it (an advisory take).
+#[derive(Debug)]
+pub(crate) struct ClaimFailed {
+    pub(crate) row: Option<i64>,
+    pub(crate) error: sqlx::Error,
+}
+
+impl From<sqlx::Error> for ClaimFailed {
+    fn from(error: sqlx::Error) -> Self {
+        ClaimFailed { row: None, error }
+    }
+}
+
 impl FormRuntime {
     /// Claims up to `want` rows for the lease form's workers, in one statement (the forms that
-    /// hold a connection per delivery claim per worker: [`FormRuntime::claim_one`]).
+    /// hold a connection per delivery claim per worker: [`FormRuntime::claim_one`]), passing
+    /// over the `excluded` ids.
     pub(crate) async fn claim<DB: Backend>(
         &self,
         conns: &Conns<DB>,
         want: usize,
-    ) -> Result<Vec<(ClaimedRow, Hold<DB>)>, sqlx::Error> {
+        excluded: &[i64],
+    ) -> Result<Vec<(ClaimedRow, Hold<DB>)>, ClaimFailed> {
         let FormRuntime::Lease(lease) = self else {
             unreachable!("row lock and advisory workers claim one row each");
         };
-        let claimed = lease.claim(conns, want).await?;
+        let claimed = lease.claim(conns, want, excluded).await?;
         let (token, taken) = (claimed.token, claimed.taken);
         Ok(claimed
             .rows
@@ -142,10 +157,13 @@ impl FormRuntime {
         conns: &Conns<DB>,
         index: usize,
         workers: usize,
-    ) -> Result<Option<(ClaimedRow, Hold<DB>)>, sqlx::Error> {
+        excluded: &[i64],
+    ) -> Result<Option<(ClaimedRow, Hold<DB>)>, ClaimFailed> {
         let claimed = match self {
-            FormRuntime::RowLock(row_lock) => row_lock.claim_one(conns).await?,
-            FormRuntime::Advisory(advisory) => advisory.claim_one(conns, index, workers).await?,
+            FormRuntime::RowLock(row_lock) => row_lock.claim_one(conns, excluded).await?,
+            FormRuntime::Advisory(advisory) => {
+                advisory.claim_one(conns, index, workers, excluded).await?
+            }
             FormRuntime::Lease(_) => unreachable!("the lease form claims for every worker at once"),
         };
         Ok(claimed.map(|(row, conn)| (row, Hold::Conn(conn))))
@@ -157,35 +175,51 @@ impl FormRuntime {
         &self,
         conns: &Conns<DB>,
         size: usize,
-    ) -> Result<(Vec<ClaimedRow>, Hold<DB>), sqlx::Error> {
+        excluded: &[i64],
+    ) -> Result<(Vec<ClaimedRow>, Hold<DB>), ClaimFailed> {
         match self {
             FormRuntime::Lease(lease) => {
-                let claimed = lease.claim(conns, size).await?;
+                let claimed = lease.claim(conns, size, excluded).await?;
                 Ok((claimed.rows, Hold::Lease(claimed.token, claimed.taken)))
             }
             FormRuntime::RowLock(row_lock) => {
-                let (rows, conn) = row_lock.claim_batch(conns, size).await?;
+                let (rows, conn) = row_lock.claim_batch(conns, size, excluded).await?;
                 Ok((rows, Hold::Conn(conn)))
             }
             FormRuntime::Advisory(advisory) => {
-                let (rows, conn) = advisory.claim_batch(conns, size).await?;
+                let (rows, conn) = advisory.claim_batch(conns, size, excluded).await?;
                 Ok((rows, Hold::Conn(conn)))
             }
+        }
+    }
+
+    /// The row a claim that failed for a reason of its own failed on: the id it would take next
+    /// passing over `excluded` (lease, row lock; an advisory take names its row).
+    pub(crate) async fn next<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        excluded: &[i64],
+    ) -> Result<Option<i64>, sqlx::Error> {
+        match self {
+            FormRuntime::Lease(lease) => lease.next(conns, excluded).await,
+            FormRuntime::RowLock(row_lock) => row_lock.next(conns, excluded).await,
+            FormRuntime::Advisory(_) => Ok(None),
         }
     }
 
     /// Settles a batch: lease and advisory row by row, each as a single delivery's would be;
     /// row lock all in the claim's transaction, committed together — a statement that fails
     /// rolls the whole batch back ([`Error::BatchRolledBack`](crate::Error::BatchRolledBack)),
-    /// and every row returns as it was. One result per row, in order, or the batch's rollback;
-    /// `tokens` are the lease form's current tokens, per row.
+    /// and every row returns as it was. One result per row, in order, or the batch's rollback
+    /// and the row whose statement failed, where one did; `tokens` are the lease form's current
+    /// tokens, per row.
     pub(crate) async fn settle_batch<DB: Backend>(
         &self,
         conns: &Conns<DB>,
         settlements: &[(i64, Outcome)],
         tokens: &[DateTime<Utc>],
         hold: Hold<DB>,
-    ) -> Result<Vec<Result<()>>> {
+    ) -> Result<Vec<Result<()>>, (Option<i64>, crate::Error)> {
         match (self, hold) {
             (FormRuntime::Lease(lease), Hold::Lease(..)) => {
                 // The batch's acknowledgements in one statement each 64 rows; the rest row by row.
@@ -233,26 +267,33 @@ impl FormRuntime {
                 let mut failed = None;
                 for &(id, outcome) in settlements {
                     if let Err(error) = row_lock.apply(&mut conn, id, outcome).await {
-                        failed = Some(error);
+                        failed = Some((Some(id), error));
                         break;
                     }
                 }
                 let failed = match failed {
-                    None => conn.commit().await.err().map(crate::Error::from),
-                    Some(error) => {
+                    None => conn
+                        .commit()
+                        .await
+                        .err()
+                        .map(|error| (None, crate::Error::from(error))),
+                    Some(failed) => {
                         // Dropped unsettled if the rollback fails: the server rolls back.
                         let _ = conn.rollback().await;
-                        Some(error)
+                        Some(failed)
                     }
                 };
                 conns.put_held(conn);
                 match failed {
                     None => Ok(settlements.iter().map(|_| Ok(())).collect()),
-                    Some(error) => Err(crate::Error::BatchRolledBack {
-                        queue: row_lock.table.to_string(),
-                        rows: settlements.len(),
-                        source: Box::new(error),
-                    }),
+                    Some((row, error)) => Err((
+                        row,
+                        crate::Error::BatchRolledBack {
+                            queue: row_lock.table.to_string(),
+                            rows: settlements.len(),
+                            source: Box::new(error),
+                        },
+                    )),
                 }
             }
             _ => unreachable!("each form claims its own hold"),

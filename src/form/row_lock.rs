@@ -28,6 +28,7 @@ impl RowLockForm {
     pub(crate) async fn claim_one<DB: Backend>(
         &self,
         conns: &Conns<DB>,
+        excluded: &[i64],
     ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
         let mut conn = HeldConn::new(conns.get().await?);
         conn.begin(self.sql.begin).await?;
@@ -35,12 +36,16 @@ impl RowLockForm {
             now: Some(self.clock.now()),
             group: self.group.as_deref(),
             limit: 1,
+            excluded,
             ..Args::default()
         };
-        let claimed =
-            DB::fetch_claimed(&mut conn, query(&self.sql.claim, &args), self.with_attempt)
-                .await?
-                .pop();
+        let claim = match excluded {
+            [] => &self.sql.claim,
+            _ => &self.sql.claim_excluding,
+        };
+        let claimed = DB::fetch_claimed(&mut conn, query(claim, &args), self.with_attempt)
+            .await?
+            .pop();
         match claimed {
             Some(row) => Ok(Some((row, conn))),
             None => {
@@ -57,6 +62,7 @@ impl RowLockForm {
         &self,
         conns: &Conns<DB>,
         limit: usize,
+        excluded: &[i64],
     ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), sqlx::Error> {
         let mut conn = HeldConn::new(conns.get().await?);
         conn.begin(self.sql.begin).await?;
@@ -64,15 +70,38 @@ impl RowLockForm {
             now: Some(self.clock.now()),
             group: self.group.as_deref(),
             limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            excluded,
             ..Args::default()
         };
-        let mut rows =
-            DB::fetch_claimed(&mut conn, query(&self.sql.claim, &args), self.with_attempt).await?;
+        let claim = match excluded {
+            [] => &self.sql.claim,
+            _ => &self.sql.claim_excluding,
+        };
+        let mut rows = DB::fetch_claimed(&mut conn, query(claim, &args), self.with_attempt).await?;
         if rows.is_empty() {
             conn.rollback().await?;
         }
         rows.sort_unstable_by_key(|row| row.id);
         Ok((rows, conn))
+    }
+
+    /// The id a claim passing over `excluded` would take next (the row a claim that failed for a
+    /// reason of its own failed on), if any.
+    pub(crate) async fn next<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        excluded: &[i64],
+    ) -> Result<Option<i64>, sqlx::Error> {
+        let args = Args {
+            now: Some(self.clock.now()),
+            group: self.group.as_deref(),
+            excluded,
+            ..Args::default()
+        };
+        let mut conn = conns.get().await?;
+        let next = conns.checked(DB::fetch_i64(&mut conn, query(&self.sql.next, &args)).await)?;
+        conns.put(conn);
+        Ok(next)
     }
 
     /// Settles row `id` in its claim's transaction, and commits (retry without an attempt column:

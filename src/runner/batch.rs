@@ -46,11 +46,12 @@ where
             }
         };
         // A batch never waits to be full: it takes what is claimable now.
-        let (rows, hold) = match q.form.claim_batch(&q.conns, size).await {
+        let excluded = q.quarantine.excluded();
+        let (rows, hold) = match q.form.claim_batch(&q.conns, size, &excluded).await {
             Ok(claimed) => claimed,
-            Err(error) => {
+            Err(failed) => {
                 drop(permit);
-                if pace.failed(&q, &error).await {
+                if pace.failed(&q, failed).await {
                     continue;
                 }
                 break;
@@ -122,13 +123,20 @@ where
         })
         .collect();
     let mut tokens = lease_tokens(&rows, &hold);
-    // Rows past their cap without a settlement go to the dead letter, not to the handler.
+    // Rows past their cap without a settlement go to the dead letter, not to the handler; rows
+    // that do not decode are settled by the decode policy.
     let over_cap = |attempt: u32| q.max_attempts.is_some_and(|max| attempt > max);
+    let undecodable: Vec<bool> = rows.iter().map(|row| row.undecodable.is_some()).collect();
+    for row in &rows {
+        if let Some(why) = &row.undecodable {
+            tracing::error!(id = row.id, error = %why, "the claimed row does not decode: it never reaches the handler");
+        }
+    }
     let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
     let deliveries: Vec<Delivery<DB>> = rows
         .into_iter()
         .zip(&attempts)
-        .filter(|(_, attempt)| !over_cap(**attempt))
+        .filter(|(row, attempt)| !over_cap(**attempt) && row.undecodable.is_none())
         .map(|(row, attempt)| Delivery::new(row.id, row.payload, *attempt, q.group.clone(), None))
         .collect();
     let handed = deliveries.len();
@@ -210,11 +218,13 @@ where
     let settlements: Vec<(i64, Outcome)> = ids
         .iter()
         .zip(&attempts)
-        .map(|(&id, &attempt)| {
-            let outcome = if over_cap(attempt) {
-                Outcome::dead_letter()
-            } else {
-                outcomes.next().unwrap_or_else(Outcome::retry)
+        .zip(&undecodable)
+        .map(|((&id, &attempt), &undecodable)| {
+            let outcome = match (undecodable, q.max_attempts) {
+                (true, Some(_)) => Outcome::dead_letter(),
+                (true, None) => Outcome::drop(),
+                _ if over_cap(attempt) => Outcome::dead_letter(),
+                _ => outcomes.next().unwrap_or_else(Outcome::retry),
             };
             (id, capped(q, id, attempt, outcome))
         })
@@ -226,14 +236,19 @@ where
         .await
     {
         Ok(results) => {
-            for (&(_, outcome), result) in settlements.iter().zip(results) {
-                count_settled(q, outcome, result);
+            for (&(id, outcome), result) in settlements.iter().zip(results) {
+                count_settled(q, id, outcome, result);
                 q.settled(outcome);
             }
         }
-        Err(error) => {
+        Err((row, error)) => {
             Counters::add(&q.stats.failed, settlements.len() as u64);
             tracing::error!(%error, "the batch returns to the queue as it was");
+            // The row whose statement failed is held back; the others come again at once.
+            if let Some(id) = row {
+                q.quarantine
+                    .hold_back(&q.label, id, "its settlement in a batch", &error);
+            }
         }
     }
 }

@@ -14,7 +14,8 @@ use super::deliver::deliver;
 use super::launch::CallHandler;
 use super::{Counters, QueueReport, QueueRuntime};
 use crate::backend::Backend;
-use crate::form::FormRuntime;
+use crate::backend::is_row_error;
+use crate::form::{ClaimFailed, FormRuntime};
 use crate::queue::state::Mode;
 
 /// After a wake-up finds nothing (the enqueue's transaction had not committed yet), the queue
@@ -34,6 +35,8 @@ pub(crate) const MAX_CLAIM: usize = 1000;
 #[derive(Debug)]
 pub(super) struct Pace {
     backoff: Duration,
+    /// Rows isolated since the last claim that did not fail.
+    isolated: u32,
     recheck: Option<usize>,
     /// A worker loop's siblings: one that found a row wakes one that waits (no rechecks follow:
     /// the row it saw was committed).
@@ -44,6 +47,7 @@ impl Default for Pace {
     fn default() -> Self {
         Pace {
             backoff: Pace::FIRST_BACKOFF,
+            isolated: 0,
             recheck: None,
             siblings: None,
         }
@@ -54,12 +58,35 @@ impl Pace {
     const FIRST_BACKOFF: Duration = Duration::from_millis(50);
     const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-    /// Waits after a failed claim. `false` when the runner stops meanwhile.
+    /// How many rows a streak of failed claims isolates before it backs off the whole queue (a
+    /// row named by the read of the next claimable one may be another runner's, held since).
+    const MAX_ISOLATED: u32 = 32;
+
+    /// After a failed claim: a claim that failed for a reason of one row's own holds that row
+    /// back and goes on at once; any other failure waits (a back-off). `false` when the runner
+    /// stops meanwhile.
     pub(super) async fn failed<DB: Backend>(
         &mut self,
         q: &QueueRuntime<DB>,
-        error: &sqlx::Error,
+        failed: ClaimFailed,
     ) -> bool {
+        let error = &failed.error;
+        if is_row_error(error) && self.isolated < Self::MAX_ISOLATED {
+            let row = match failed.row {
+                Some(id) => Some(id),
+                None => q
+                    .form
+                    .next(&q.conns, &q.quarantine.excluded())
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            if let Some(id) = row {
+                self.isolated += 1;
+                q.quarantine.hold_back(&q.label, id, "its claim", error);
+                return !q.stop.is_cancelled();
+            }
+        }
         q.conns.clear();
         let wait = self.backoff;
         self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);
@@ -82,6 +109,7 @@ impl Pace {
         idle: bool,
     ) -> bool {
         self.backoff = Self::FIRST_BACKOFF;
+        self.isolated = 0;
         if full {
             self.recheck = None;
             return true;
@@ -157,11 +185,12 @@ where
 
         // A claim in flight is never cancelled: its rows would stay claimed until their lease
         // expired. It is awaited, and its rows released if the runner stopped meanwhile.
-        let claimed = match q.form.claim(&q.conns, want).await {
+        let excluded = q.quarantine.excluded();
+        let claimed = match q.form.claim(&q.conns, want, &excluded).await {
             Ok(claimed) => claimed,
-            Err(error) => {
+            Err(failed) => {
                 drop(permits);
-                if pace.failed(&q, &error).await {
+                if pace.failed(&q, failed).await {
                     continue;
                 }
                 break;
@@ -233,7 +262,9 @@ where
                     break;
                 }
                 // A claim in flight is awaited, and its row released if the runner stopped.
-                let (row, hold) = match q.form.claim_one(&q.conns, index, q.workers).await {
+                let excluded = q.quarantine.excluded();
+                let claimed = q.form.claim_one(&q.conns, index, q.workers, &excluded);
+                let (row, hold) = match claimed.await {
                     Ok(Some(claimed)) => claimed,
                     Ok(None) => {
                         let idle = busy.load(Ordering::Relaxed) == 0;
@@ -242,8 +273,8 @@ where
                         }
                         break;
                     }
-                    Err(error) => {
-                        if pace.failed(&q, &error).await {
+                    Err(failed) => {
+                        if pace.failed(&q, failed).await {
                             continue;
                         }
                         break;

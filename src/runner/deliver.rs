@@ -65,6 +65,16 @@ async fn run<DB, M, H>(
     H: CallHandler<DB, M>,
 {
     let id = row.id;
+    if let Some(why) = &row.undecodable {
+        // The decode policy, as for a payload a JSON handler cannot decode.
+        tracing::error!(error = %why, "the claimed row does not decode: it never reaches the handler");
+        let outcome = match q.max_attempts {
+            Some(_) => Outcome::dead_letter(),
+            None => Outcome::drop(),
+        };
+        settle(q, id, hold, outcome, None).await;
+        return;
+    }
     if let Some(max) = q.max_attempts
         && attempt > max
     {
@@ -423,6 +433,10 @@ async fn settle<DB: Backend>(
     tx: Option<HeldConn<DB>>,
 ) {
     tracing::Span::current().record("outcome", outcome.name());
+    let token = match &hold {
+        Hold::Lease(token, _) => Some(*token),
+        _ => None,
+    };
     let settled = match (&q.acks, &q.form, &hold, outcome.0) {
         (
             Some(acks),
@@ -439,18 +453,28 @@ async fn settle<DB: Backend>(
         None => q.form.settle(&q.conns, id, hold, outcome, tx).await,
     };
     q.note_unlock();
-    count_settled(q, outcome, settled);
+    let held_back = count_settled(q, id, outcome, settled);
     q.settled(outcome);
+    if let (Some(delay), Some(token), FormRuntime::Lease(lease)) = (held_back, token, &q.form) {
+        // The row stays leased for the delay, so that no runner takes it again before.
+        let until = lease.clock.after(delay);
+        if let Err(error) = lease.extend_to(&q.conns, id, token, until).await {
+            tracing::warn!(%error, "could not hold the lease for the delay");
+        }
+    }
 }
 
-/// Counts a settlement's result, and logs a failed one.
+/// Counts a settlement's result, and logs a failed one. A settlement that failed for the row
+/// (not a lost lease) holds the row back, for longer at each failure: the delay.
 pub(super) fn count_settled<DB: Backend>(
     q: &QueueRuntime<DB>,
+    id: i64,
     outcome: Outcome,
     settled: crate::error::Result<()>,
-) {
+) -> Option<Duration> {
     match settled {
         Ok(()) => {
+            q.quarantine.release(id);
             let counter = match outcome.0 {
                 Settle::Ack => &q.stats.acked,
                 Settle::Drop => &q.stats.dropped,
@@ -459,6 +483,7 @@ pub(super) fn count_settled<DB: Backend>(
                 Settle::Undecodable => unreachable!("mapped to dead letter or drop"),
             };
             Counters::add(counter, 1);
+            None
         }
         Err(Error::LeaseLost { id, .. }) => {
             Counters::add(&q.stats.lease_lost, 1);
@@ -466,13 +491,12 @@ pub(super) fn count_settled<DB: Backend>(
                 id,
                 "lease lost: the row belongs to a later claim; nothing was settled"
             );
+            None
         }
         Err(error) => {
             Counters::add(&q.stats.failed, 1);
-            tracing::error!(
-                %error,
-                "settlement failed; the row returns to the queue unsettled"
-            );
+            let what = format!("its settlement ({})", outcome.name());
+            Some(q.quarantine.hold_back(&q.label, id, &what, &error))
         }
     }
 }

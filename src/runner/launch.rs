@@ -55,6 +55,8 @@ pub struct QueueRuntime<DB: Backend> {
     pub(crate) settled: Arc<Notify>,
     /// FIFO groups: any settlement lets the next row of its group go.
     pub(crate) fifo: bool,
+    /// Rows held back after a failure of their own.
+    pub(crate) quarantine: super::quarantine::Quarantine,
     pub(crate) poll_interval: Duration,
     pub(crate) stop: CancellationToken,
     pub(crate) abort: CancellationToken,
@@ -119,6 +121,7 @@ impl<DB: Backend> QueueRuntime<DB> {
             wake: wake::register(&config.table.name, config.name.as_deref()),
             settled: Arc::new(Notify::new()),
             fifo: config.fifo,
+            quarantine: Default::default(),
             poll_interval,
             stop,
             abort,

@@ -8,6 +8,7 @@ mod deliver;
 mod launch;
 #[cfg(feature = "postgres")]
 pub(crate) mod notify;
+mod quarantine;
 pub(crate) mod schema;
 pub(crate) mod wake;
 

@@ -95,15 +95,30 @@ macro_rules! batch_tests {
                 let retried = jobs(&t).enqueue(&ctx.pool, Job::new("retry")).await.unwrap();
                 let acked = jobs(&t).enqueue(&ctx.pool, Job::new("ack")).await.unwrap();
                 let (tx, mut seen) = mpsc::unbounded_channel();
+                // Later batches wait here, so the rows are read as the first batch left them
+                // (its failed row is held back; the retried one comes again at once).
+                let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+                let batches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
                 let queue = Queue::table(jobs(&t))
                     .$form($($arg)?)
                     .attempt("attempt")
                     .batch(2)
-                    .batch_handler(move |batch: Vec<Delivery<Db>>| {
-                        let _ = tx.send(batch.len());
-                        // The retry updates its row; the ack's DELETE then fails.
-                        let outcomes = batch.iter().map(|d| outcome_of(d.payload(), 1)).collect();
-                        async move { outcomes }
+                    .batch_handler({
+                        let gate = std::sync::Arc::clone(&gate);
+                        move |batch: Vec<Delivery<Db>>| {
+                            let _ = tx.send(batch.len());
+                            let later = batches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0;
+                            // The retry updates its row; the ack's DELETE then fails.
+                            let outcomes: Vec<Outcome> =
+                                batch.iter().map(|d| outcome_of(d.payload(), 1)).collect();
+                            let gate = std::sync::Arc::clone(&gate);
+                            async move {
+                                if later {
+                                    let _ = gate.acquire().await;
+                                }
+                                outcomes
+                            }
+                        }
                     });
                 let running = Runner::new(ctx.pool.clone())
                     .poll_interval(Duration::from_millis(50))
@@ -116,7 +131,6 @@ macro_rules! batch_tests {
                     running.stats().failed >= 1
                 })
                 .await;
-                running.shutdown().await.unwrap();
                 // Row lock: one transaction, rolled back whole — the retry's attempt is not
                 // counted. Lease and advisory: the retry settled on its own (the take or the
                 // claim counted the attempt).
@@ -127,6 +141,8 @@ macro_rules! batch_tests {
                 };
                 assert_eq!(ctx.count(&t, &retry_row).await, 1, "the retried row");
                 assert_eq!(ctx.count(&t, &format!("id = {acked}")).await, 1, "the ack failed");
+                gate.add_permits(1000);
+                running.shutdown().await.unwrap();
                 ctx.drop_tables().await;
             }
         }

@@ -15,6 +15,7 @@ include!("transactional.rs");
 include!("batch.rs");
 include!("redelivery.rs");
 include!("shutdown.rs");
+include!("poison.rs");
 include!("attempts.rs");
 
 macro_rules! per_database {
@@ -95,6 +96,12 @@ macro_rules! per_database {
             redelivery_tests!(advisory_redelivery, advisory_lock());
             shutdown_tests!(lease_shutdown, lease("locked_until"));
             shutdown_tests!(advisory_shutdown, advisory_lock());
+            poison_tests!(
+                lease_poison,
+                true,
+                lease("locked_until").lease_duration(std::time::Duration::from_millis(300))
+            );
+            poison_tests!(advisory_poison, true, advisory_lock());
             attempt_column_tests!(lease_attempts, true, lease("locked_until"));
             attempt_column_tests!(advisory_attempts, true, advisory_lock());
             $(
@@ -104,6 +111,7 @@ macro_rules! per_database {
                 batch_tests!(row_lock_batch, true, $row_lock());
                 redelivery_tests!(row_lock_redelivery, $row_lock());
                 shutdown_tests!(row_lock_shutdown, $row_lock());
+                poison_tests!(row_lock_poison, false, $row_lock());
                 attempt_column_tests!(row_lock_attempts, false, $row_lock());
             )?
         }
