@@ -6,9 +6,44 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Backend;
-use crate::form::held::HeldConn;
-use crate::queue::state::{Mode, Plain, TransactionalMode};
+use crate::backend::{Backend, HeldConn};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// The default mode: the handler gets the row, not the transaction.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Plain;
+
+/// Transactional mode: the handler writes through its delivery's transaction, which commits
+/// with the acknowledgement or not at all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Transactional;
+
+impl sealed::Sealed for Plain {}
+impl sealed::Sealed for Transactional {}
+
+/// A delivery mode: [`Plain`] or [`Transactional`].
+pub trait Mode: sealed::Sealed + Send + Sync + 'static {
+    #[doc(hidden)]
+    const TRANSACTIONAL: bool;
+}
+impl Mode for Plain {
+    const TRANSACTIONAL: bool = false;
+}
+impl Mode for Transactional {
+    const TRANSACTIONAL: bool = true;
+}
+
+/// A queue whose deliveries carry their transaction.
+#[diagnostic::on_unimplemented(
+    message = "`tx()` needs a transactional queue",
+    label = "this delivery's queue has no transaction to lend",
+    note = "add `.transactional()` to the queue, and take `Delivery<DB, Transactional>` in the handler"
+)]
+pub trait TransactionalMode: Mode {}
+impl TransactionalMode for Transactional {}
 
 /// The slot a transactional delivery's transaction lives in. The runner keeps the other handle:
 /// when the handler ends it takes the transaction back, and finds it still lent if the delivery
@@ -252,65 +287,5 @@ impl Outcome {
             Settle::DeadLetter => "dead_letter",
             Settle::Undecodable => "undecodable",
         }
-    }
-}
-
-/// What a handler may return: an [`Outcome`], or a value that converts into one.
-///
-/// | returned | outcome |
-/// |---|---|
-/// | `Outcome` | itself |
-/// | `()` | ack |
-/// | `Ok(())` | ack |
-/// | `Ok(outcome)` | `outcome` |
-/// | `Err(e)` | retry, with `e` logged as a warning |
-pub trait IntoOutcome {
-    /// Converts into the outcome that settles the delivery.
-    fn into_outcome(self) -> Outcome;
-}
-
-impl IntoOutcome for Outcome {
-    fn into_outcome(self) -> Outcome {
-        self
-    }
-}
-
-impl IntoOutcome for () {
-    fn into_outcome(self) -> Outcome {
-        Outcome::ack()
-    }
-}
-
-impl<E: fmt::Display> IntoOutcome for Result<(), E> {
-    fn into_outcome(self) -> Outcome {
-        self.map(|()| Outcome::ack()).into_outcome()
-    }
-}
-
-impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
-    fn into_outcome(self) -> Outcome {
-        match self {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                tracing::warn!(%error, "handler failed; the delivery is retried");
-                Outcome::retry()
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn results_convert() {
-        assert_eq!(Ok::<(), String>(()).into_outcome(), Outcome::ack());
-        assert_eq!(Err::<(), _>("boom").into_outcome(), Outcome::retry());
-        assert_eq!(
-            Ok::<_, String>(Outcome::drop()).into_outcome(),
-            Outcome::drop()
-        );
-        assert_eq!(().into_outcome(), Outcome::ack());
     }
 }

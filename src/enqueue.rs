@@ -1,19 +1,22 @@
 //! Enqueueing jobs through the table description, on any sqlx connection or transaction, so a
-//! job commits with the data it serves.
+//! job commits with the data it serves — and waking the queues of its table in this process.
+//!
+//! In-process wake-ups find queues by their table's bare name, case folded: `jobs`,
+//! `public.jobs` and `"public"."jobs"` wake each other. Two tables of one name in two schemas
+//! wake each other too, which costs a claim that finds nothing, never a missed row.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, Executor, SqlSafeStr as _};
+use tokio::sync::Notify;
 
-use crate::backend::{Backend, query, query_values};
-use crate::dialect::{self, Args, Dialect, EnqueueSql, Names, Value};
+use crate::backend::{self, Backend, Clock};
+use crate::dialect::{self, Args, EnqueueSql, Names};
 use crate::error::{Error, Result, SchemaError};
-use crate::form::Clock;
-use crate::runner::wake;
-use crate::table::{PayloadType, Table, table_parts};
+use crate::table::{Dialect, PayloadType, Table, Value, table_parts};
 
 /// Statements of a bulk enqueue take at most this many bound values (every database allows
 /// more than 30,000).
@@ -148,7 +151,7 @@ impl Table {
     /// # Errors
     ///
     /// [`Error::Identifier`] for a name that cannot be quoted (on MySQL/MariaDB, also one with
-    /// a character beyond the Basic Multilingual Plane); [`Error::Declaration`] for a job the
+    /// a character beyond the Basic Multilingual Plane); [`Error::InvalidJob`] for a job the
     /// table cannot hold (no group on a table with a group column, a group or a delay the table
     /// has no column for); [`Error::PayloadTooLarge`] for a statement larger than
     /// MySQL/MariaDB's `max_allowed_packet`; [`Error::Schema`] for a SQLite table qualified by a
@@ -173,11 +176,11 @@ impl Table {
         let bytes =
             sql.insert.text().len() + job.payload.len() + job.group.as_deref().map_or(0, str::len);
         self.refuse_too_large::<DB>(bytes)?;
-        let insert = query(&sql.insert, &args);
+        let insert = backend::query::<DB>(sql.insert.sql(), sql.insert.values(&args));
         let id = DB::insert_id(executor, insert, sql.returning)
             .await
             .map_err(|error| self.explain::<DB>(error, sql.insert.text(), bytes))?;
-        wake::wake(&self.name, job.group.as_deref());
+        wake(&self.name, job.group.as_deref());
         Ok(id)
     }
 
@@ -189,7 +192,7 @@ impl Table {
     /// # Errors
     ///
     /// As [`enqueue`](Table::enqueue), for any of the jobs ([`Error::PayloadTooLarge`] for the
-    /// statement's bytes together); [`Error::Declaration`] for more jobs than one statement
+    /// statement's bytes together); [`Error::InvalidJob`] for more jobs than one statement
     /// takes. Nothing is inserted then.
     pub async fn enqueue_many<'c, DB, E>(&self, executor: E, jobs: &[Job<'_>]) -> Result<u64>
     where
@@ -204,7 +207,7 @@ impl Table {
             return Ok(0);
         }
         if jobs.len() > self.max_batch() {
-            return Err(Error::declaration(
+            return Err(Error::invalid_job(
                 &self.name,
                 format!(
                     "{} jobs do not fit one statement: enqueue_many takes at most {} on this \
@@ -238,7 +241,7 @@ impl Table {
         let bytes = text.len() + values.iter().map(Value::size).sum::<usize>();
         self.refuse_too_large::<DB>(bytes)?;
         let sql = AssertSqlSafe(text.as_str()).into_sql_str();
-        let q = query_values::<DB>(sql, &values);
+        let q = backend::query::<DB>(sql, values);
         let inserted = if notifying {
             DB::insert_id(executor, q, true)
                 .await
@@ -251,7 +254,7 @@ impl Table {
         for job in jobs {
             let group = job.group.as_deref();
             if !woken.contains(&group) {
-                wake::wake(&self.name, group);
+                wake(&self.name, group);
                 woken.push(group);
             }
         }
@@ -275,13 +278,20 @@ impl Table {
         E: Executor<'c, Database = sqlx::Postgres>,
     {
         let quoted = Dialect::Postgres.quote_table(&self.name)?;
-        let sql = sqlx::SqlStr::from_static(dialect::identity(Dialect::Postgres));
-        let row: Option<(String, String, String)> = sqlx::query_as(sql)
-            .bind(quoted)
-            .fetch_optional(executor)
-            .await?;
-        row.map(|(_, channel, _)| channel)
-            .ok_or_else(|| Error::schema(&self.name, &self.name, None, "the table does not exist"))
+        let identity = dialect::identity(Dialect::Postgres, &self.name, &quoted)?;
+        let query = backend::query::<sqlx::Postgres>(
+            sqlx::SqlStr::from_static(identity.sql),
+            identity.values,
+        );
+        match query.fetch_optional(executor).await? {
+            Some(row) => Ok(sqlx::Row::try_get(&row, 1)?),
+            None => Err(Error::schema(
+                &self.name,
+                &self.name,
+                None,
+                "the table does not exist",
+            )),
+        }
     }
 
     /// The most jobs one [`enqueue_many`](Table::enqueue_many) inserts: one statement binds at
@@ -359,7 +369,7 @@ impl Table {
 
     /// Refuses a job this table cannot hold.
     fn check(&self, job: &Job<'_>) -> Result<()> {
-        let refuse = |reason: String| Err(Error::declaration(&self.name, reason));
+        let refuse = |reason: String| Err(Error::invalid_job(&self.name, reason));
         match (&self.group, &job.group) {
             (Some(column), None) => refuse(format!(
                 "table `{}` has the group column `{column}`: give the job its group with \
@@ -387,6 +397,52 @@ impl Table {
         }
     }
 }
+
+/// A running queue's entry in the wake-ups of this process.
+struct Entry {
+    table: Box<str>,
+    group: Option<Box<str>>,
+    notify: Weak<Notify>,
+}
+
+static QUEUES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+/// Registers a running queue: it is woken for as long as the returned `Notify` lives.
+pub(crate) fn wakes(table: &str, group: Option<&str>) -> Arc<Notify> {
+    let notify = Arc::new(Notify::new());
+    let table = bare(table);
+    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    queues.retain(|entry| entry.notify.strong_count() > 0);
+    queues.push(Entry {
+        table,
+        group: group.map(Into::into),
+        notify: Arc::downgrade(&notify),
+    });
+    notify
+}
+
+/// Wakes every queue of `table` serving `group` (every queue of the table when `group` is
+/// `None`). A queue that is busy keeps the wake-up for its next wait.
+pub(crate) fn wake(table: &str, group: Option<&str>) {
+    let table = bare(table);
+    let queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+    for entry in queues.iter() {
+        let same_group = group.is_none() || entry.group.as_deref() == group;
+        if *entry.table == *table
+            && same_group
+            && let Some(notify) = entry.notify.upgrade()
+        {
+            notify.notify_one();
+        }
+    }
+}
+
+/// The table's name without its schema and quotes, case folded.
+fn bare(table: &str) -> Box<str> {
+    let name = table.rsplit('.').next().unwrap_or(table);
+    name.trim_matches(['"', '`']).to_lowercase().into()
+}
+
 
 #[cfg(all(test, feature = "mysql"))]
 mod tests {
@@ -422,5 +478,27 @@ mod tests {
         assert_eq!(sqlx::MySql::too_large(&refused, 1 << 20), None);
         #[cfg(feature = "sqlite")]
         assert_eq!(sqlx::Sqlite::too_large(&reset(), 1 << 20), None);
+    }
+}
+
+#[cfg(test)]
+mod wake_tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_wake_reaches_its_table_and_group_only() {
+        let mail = wakes("wake_test_jobs", Some("mail"));
+        let sms = wakes("wake_test_jobs", Some("sms"));
+        wake("wake_test_jobs", Some("mail"));
+        tokio::time::timeout(Duration::from_secs(1), mail.notified())
+            .await
+            .expect("the mail queue is woken");
+        let woken = tokio::time::timeout(Duration::from_millis(20), sms.notified()).await;
+        assert!(woken.is_err(), "the sms queue is not woken");
+        wake("public.\"Wake_test_jobs\"", Some("sms"));
+        tokio::time::timeout(Duration::from_secs(1), sms.notified())
+            .await
+            .expect("another spelling of the table wakes its queue");
     }
 }

@@ -40,8 +40,8 @@ pub enum Error {
     #[error(transparent)]
     Schema(Box<SchemaError>),
 
-    /// The queue's declaration cannot work: for example a group column without a queue name, or
-    /// a feature this version does not have yet.
+    /// The queue's declaration cannot work: for example a group column without a queue name, a
+    /// dead letter group on a table without groups, or a custom statement that does not render.
     #[error("queue `{queue}`: {reason}")]
     Declaration {
         /// The queue concerned.
@@ -102,6 +102,70 @@ pub enum Error {
         /// than the setting can ever be, and was not sent).
         #[source]
         source: Option<sqlx::Error>,
+    },
+
+    /// The pool cannot serve the mounted queues: the row lock and advisory lock forms and
+    /// transactional queues hold a pooled connection per delivery in work, and the runner needs
+    /// one more for claims and settlements. Raise the pool's `max_connections` to `needed`, or
+    /// lower the queues' `workers`.
+    #[error(
+        "queues {queues}: their deliveries in work hold {held} pooled connections and the runner \
+         needs one more for claims and settlements, {needed} in all, but the pool has at most \
+         {max}; raise the pool's max_connections to {needed} or lower `workers` (a handler that \
+         also writes through the pool needs one more per worker)"
+    )]
+    PoolTooSmall {
+        /// The queues that hold connections, by name.
+        queues: String,
+        /// The connections their workers hold at most.
+        held: u32,
+        /// The connections the pool needs: `held` + 1.
+        needed: u32,
+        /// The pool's `max_connections`.
+        max: u32,
+    },
+
+    /// A job the table cannot hold, refused before any statement ran: no group on a table with a
+    /// group column (or a group on one without), a delay without a `retry_after` column, a text
+    /// payload that is not UTF-8 without NUL bytes, or more jobs than one statement takes.
+    #[error("table `{table}`: {reason}")]
+    InvalidJob {
+        /// The table the job was for.
+        table: String,
+        /// What is wrong, in words.
+        reason: String,
+    },
+
+    /// A declaration this database does not support: `.listen_notify()` off PostgreSQL, an
+    /// isolation level on SQLite or a SQLite mode elsewhere, an isolation level the row lock
+    /// form cannot claim at on MySQL/MariaDB, FIFO off the lease form.
+    #[error("queue `{queue}`: {reason}")]
+    Unsupported {
+        /// The queue concerned.
+        queue: String,
+        /// What is not supported, and what to use instead.
+        reason: String,
+    },
+
+    /// An advisory key the delivery held was not held when it was released: the session that
+    /// held it was lost (killed, or its server restarted), so another runner may hold the row
+    /// now. Its connection is closed.
+    #[error("queue `{queue}`: the advisory key of row {id} of `{table}` was not held at its release")]
+    KeyLost {
+        /// The queue the delivery came from.
+        queue: String,
+        /// The queue table.
+        table: String,
+        /// The row's id.
+        id: i64,
+    },
+
+    /// The queue stopped before it settled the delivery (its settlement task ended): the row
+    /// returns to the queue unsettled.
+    #[error("queue `{queue}`: stopped before the row was settled")]
+    Stopped {
+        /// The queue concerned.
+        queue: String,
     },
 
     /// An error from the database driver.
@@ -168,6 +232,20 @@ impl Error {
     pub(crate) fn declaration(queue: &str, reason: impl Into<String>) -> Self {
         Error::Declaration {
             queue: queue.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn unsupported(queue: &str, reason: impl Into<String>) -> Self {
+        Error::Unsupported {
+            queue: queue.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn invalid_job(table: &str, reason: impl Into<String>) -> Self {
+        Error::InvalidJob {
+            table: table.to_owned(),
             reason: reason.into(),
         }
     }

@@ -3,13 +3,18 @@
 
 use sqlx::Acquire;
 
+use sqlx::SqlStr;
+
 use crate::backend::private::Driver as _;
-use crate::backend::{Backend, query};
-use crate::dialect::{self, Args, DeadSql, DeadTarget, Names};
+use crate::backend::{self, Backend, Clock, Q};
+use crate::dialect::{self, Args, DeadSql, DeadTarget, Names, Stmt};
 use crate::error::{Error, Result};
-use crate::form::Clock;
-use crate::runner::schema::read_catalog;
 use crate::table::{DeadLetter, Table};
+
+/// The query of `stmt` with `args`.
+fn query<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> Q<DB> {
+    backend::query::<DB>(stmt.sql(), stmt.values(args))
+}
 
 /// Which queue of a table to inspect or repair: its group, lease and attempt columns, and its
 /// dead letter — what its `Queue` declares.
@@ -102,7 +107,7 @@ impl Table {
         };
         let mut count = async |stmt: Option<&crate::dialect::Stmt>| -> Result<u64> {
             let Some(stmt) = stmt else { return Ok(0) };
-            let n = A::Database::fetch_i64(&mut conn, query(stmt, &args)).await?;
+            let n = backend::fetch_i64::<A::Database>(&mut conn, query(stmt, &args)).await?;
             Ok(n.unwrap_or(0).try_into().unwrap_or(0))
         };
         Ok(Counts {
@@ -181,12 +186,16 @@ impl Table {
             }
             Some(DeadLetter::Group(_)) => Some(DeadTarget::Group),
             Some(DeadLetter::Table(dead)) => {
-                let columns = read_catalog::<DB>(conn, &self.name, &self.name).await?;
+                // The queue table's columns, which the requeue copies back.
+                let quoted = dialect.quote_table(&self.name)?;
+                let catalog = dialect::catalog(dialect, &self.name, &quoted)?;
+                let query = backend::query::<DB>(SqlStr::from_static(catalog.sql), catalog.values);
+                let columns = backend::fetch_texts::<DB, 4>(conn, query).await?;
                 Some(DeadTarget::Table {
                     table: dialect.quote_table(dead)?,
                     columns: columns
                         .iter()
-                        .map(|column| dialect.quote(&column.name))
+                        .map(|[name, ..]| dialect.quote(name))
                         .collect::<Result<_>>()?,
                 })
             }

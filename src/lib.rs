@@ -1,30 +1,37 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc(test(attr(deny(warnings))))]
 
 mod backend;
 mod backoff;
+mod config;
 mod delivery;
 mod dialect;
 mod enqueue;
 mod error;
 mod form;
+mod handler;
 mod inspect;
 mod queue;
 mod runner;
 mod table;
 
-#[doc(hidden)]
-pub mod private;
-
 pub use backend::Backend;
 pub use backoff::{Backoff, backoff};
-pub use delivery::{Delivery, IntoOutcome, Outcome, Tx};
+pub use config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, Mount, SqliteMode};
+pub use delivery::{Delivery, Mode, Outcome, Plain, Transactional, TransactionalMode, Tx};
 pub use enqueue::Job;
 pub use error::{Error, Result, SchemaError};
+pub use handler::{BatchHandler, Handler, IntoOutcome, RowHandler};
+#[cfg(feature = "json")]
+pub use handler::JsonHandler;
 pub use inspect::{Counts, Inspect};
-pub use queue::state::{Plain, Transactional};
-pub use queue::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, Queue, SqliteMode, state};
+pub use queue::{Queue, state};
 pub use runner::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, Runner, Running, ShutdownReport, Stats,
 };
 pub use table::{DeadLetter, PayloadType, Table};
+
+#[cfg(feature = "internals")]
+#[doc(hidden)]
+pub use dialect::internals;

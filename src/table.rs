@@ -1,5 +1,7 @@
 //! The queue table: its name and the roles of its columns.
 
+use chrono::{DateTime, Utc};
+
 use crate::error::{Error, Result};
 
 /// A queue table: its name and which column plays which role.
@@ -186,6 +188,105 @@ impl DeadLetter {
     }
 }
 
+/// The database a statement is written for: how its names are quoted, and which statements it
+/// takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+impl Dialect {
+    /// Validates `ident` and quotes it in this database's way.
+    pub(crate) fn quote(self, ident: &str) -> Result<String> {
+        self.refuse_characters(ident)?;
+        validate_ident(ident)?;
+        match self {
+            Dialect::Postgres if ident.len() > 63 => Err(Error::Identifier {
+                name: ident.to_owned(),
+                reason: "PostgreSQL identifiers are at most 63 bytes (longer ones would be \
+                         silently truncated)",
+            }),
+            Dialect::MySql if ident.chars().count() > 64 => Err(Error::Identifier {
+                name: ident.to_owned(),
+                reason: "MySQL/MariaDB identifiers are at most 64 characters",
+            }),
+            Dialect::Postgres => Ok(format!("\"{ident}\"")),
+            Dialect::MySql | Dialect::Sqlite => Ok(format!("`{ident}`")),
+        }
+    }
+
+    /// Refuses characters this database's identifiers cannot hold (before the checks of every
+    /// database, which refuse emoji with a reason of their own).
+    fn refuse_characters(self, name: &str) -> Result<()> {
+        if self == Dialect::MySql && name.chars().any(|c| c > '\u{FFFF}') {
+            return Err(Error::Identifier {
+                name: name.to_owned(),
+                reason: "MySQL/MariaDB identifiers hold characters of the Basic Multilingual \
+                         Plane only (U+0001 to U+FFFF): no emoji, no letters beyond it",
+            });
+        }
+        Ok(())
+    }
+
+    /// Validates and quotes a possibly schema-qualified table name.
+    pub(crate) fn quote_table(self, name: &str) -> Result<String> {
+        self.refuse_characters(name)?;
+        match table_parts(name)? {
+            (None, table) => self.quote(table),
+            (Some(schema), table) => Ok(format!("{}.{}", self.quote(schema)?, self.quote(table)?)),
+        }
+    }
+
+    /// Whether two column names are one column: PostgreSQL's quoted names are case-sensitive,
+    /// MySQL's and SQLite's columns are not.
+    pub(crate) fn same_column(self, a: &str, b: &str) -> bool {
+        match self {
+            Dialect::Postgres => a == b,
+            Dialect::MySql | Dialect::Sqlite => a.eq_ignore_ascii_case(b),
+        }
+    }
+
+    /// The product name, for messages.
+    pub(crate) fn product(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "PostgreSQL",
+            Dialect::MySql => "MySQL/MariaDB",
+            Dialect::Sqlite => "SQLite",
+        }
+    }
+}
+
+/// A value bound to a statement's placeholder: what the table's columns take.
+#[derive(Debug, Clone, Copy)]
+pub enum Value<'a> {
+    I64(i64),
+    Bytes(&'a [u8]),
+    Text(Option<&'a str>),
+    Time(Option<DateTime<Utc>>),
+}
+
+impl Value<'_> {
+    /// About how many bytes the value takes in a statement sent to the server.
+    pub(crate) fn size(&self) -> usize {
+        match self {
+            Value::I64(_) | Value::Time(_) => 8,
+            Value::Bytes(bytes) => bytes.len(),
+            Value::Text(text) => text.map_or(0, str::len),
+        }
+    }
+}
+
+/// The type of a placeholder, for the databases that prepare statements with typed parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueKind {
+    I64,
+    Bytes,
+    Text,
+    Time,
+}
+
 /// Longest identifier accepted on any database (PostgreSQL's own limit is checked when rendering).
 const MAX_IDENT_BYTES: usize = 255;
 
@@ -295,6 +396,46 @@ mod tests {
             let err = validate_ident(name).unwrap_err();
             assert!(matches!(err, Error::Identifier { .. }), "{name:?} passed");
         }
+    }
+
+    #[test]
+    fn quoting_per_dialect() {
+        assert_eq!(Dialect::Postgres.quote("jobs").unwrap(), "\"jobs\"");
+        assert_eq!(Dialect::MySql.quote("jobs").unwrap(), "`jobs`");
+        assert_eq!(Dialect::Sqlite.quote("jobs").unwrap(), "`jobs`");
+        assert_eq!(
+            Dialect::Postgres.quote_table("app.jobs").unwrap(),
+            "\"app\".\"jobs\""
+        );
+        assert_eq!(
+            Dialect::MySql.quote_table("app.jobs").unwrap(),
+            "`app`.`jobs`"
+        );
+    }
+
+    #[test]
+    fn postgres_refuses_names_it_would_truncate() {
+        let long = "j".repeat(64);
+        assert!(matches!(
+            Dialect::Postgres.quote(&long),
+            Err(Error::Identifier { .. })
+        ));
+        Dialect::Postgres.quote(&"j".repeat(63)).unwrap();
+        assert!(Dialect::MySql.quote(&"j".repeat(65)).is_err());
+        Dialect::Sqlite.quote(&long).unwrap();
+    }
+
+    #[test]
+    fn mysql_refuses_characters_beyond_the_basic_multilingual_plane() {
+        for name in ["jobs_\u{20000}", "jobs_\u{1D4B3}", "jobs_\u{1F980}"] {
+            let Err(Error::Identifier { reason, .. }) = Dialect::MySql.quote(name) else {
+                panic!("{name} quoted");
+            };
+            assert!(reason.contains("Basic Multilingual Plane"), "{reason}");
+        }
+        Dialect::MySql.quote("jobs_\u{4E2D}\u{E9}").unwrap();
+        Dialect::Postgres.quote("jobs_\u{20000}").unwrap();
+        Dialect::Sqlite.quote("jobs_\u{20000}").unwrap();
     }
 
     #[test]

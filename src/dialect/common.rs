@@ -525,14 +525,10 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
 mod tests {
     use super::super::{Claim, Dialect, Names, lease as render_lease};
     use super::FinishMany;
-    use crate::{Queue, Table};
+    use crate::table::Table;
 
     fn names(dialect: Dialect, table: Table) -> Names {
-        let q = Queue::table(table)
-            .named("mail")
-            .lease("locked_until")
-            .attempt("attempt");
-        Names::of_queue(dialect, &q.config_for_tests()).unwrap()
+        Names::for_test(dialect, table, Some("mail"), "lease", true)
     }
 
     #[test]
@@ -633,9 +629,8 @@ mod tests {
             "INSERT INTO `jobs` (`payload`) VALUES (CONVERT(? USING utf8mb4)), \
              (CONVERT(? USING utf8mb4))"
         );
-        let q =
-            Queue::table(Table::new("jobs").payload_type(PayloadType::Json)).lease("locked_until");
-        let n = Names::of_queue(Dialect::Sqlite, &q.config_for_tests()).unwrap();
+        let table = Table::new("jobs").payload_type(PayloadType::Json);
+        let n = Names::for_test(Dialect::Sqlite, table, None, "lease", false);
         let Claim::Returning(claim) = super::super::sqlite::lease_claim(&n) else {
             panic!("SQLite claims in one statement");
         };

@@ -293,14 +293,10 @@ fn requeue(n: &Names, target: &DeadTarget) -> DeadSql {
 mod tests {
     use super::super::{Dialect, Names};
     use super::*;
-    use crate::{Queue, Table};
+    use crate::table::Table;
 
     fn names(dialect: Dialect, table: Table) -> Names {
-        let q = Queue::table(table)
-            .named("mail")
-            .lease("locked_until")
-            .attempt("attempt");
-        Names::of_queue(dialect, &q.config_for_tests()).unwrap()
+        Names::for_test(dialect, table, Some("mail"), "lease", true)
     }
 
     fn dead_table(dialect: Dialect) -> DeadTarget {

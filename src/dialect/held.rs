@@ -197,16 +197,11 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
 #[cfg(test)]
 mod tests {
     use super::super::{Dialect, Names};
-    use crate::{Queue, Table};
+    use crate::table::Table;
 
     fn names(dialect: Dialect, table: Table, advisory: bool) -> Names {
-        let q = Queue::table(table).named("mail").attempt("attempt");
-        let config = if advisory {
-            q.advisory_lock().config_for_tests()
-        } else {
-            q.row_lock().config_for_tests()
-        };
-        Names::of_queue(dialect, &config).unwrap()
+        let form = if advisory { "advisory" } else { "row_lock" };
+        Names::for_test(dialect, table, Some("mail"), form, true)
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! MySQL and MariaDB statement text.
 
 use super::common::{claimable, lease_set, order};
-use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
+use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
+use crate::table::Dialect;
 
 /// The columns of a table: name, type, `YES` when it takes NULL, and how an insert that leaves
 /// it out fills it (`generated`, `default` — a default or `AUTO_INCREMENT` —, or empty). Binds
@@ -112,17 +113,44 @@ pub(super) fn unlock() -> Stmt {
     w.finish()
 }
 
+/// Whether a column of type `ty` (lower case) holds `kind` (integers: `types::integer_range`).
+pub(super) fn accepts(kind: Kind, ty: &str) -> bool {
+    match kind {
+        Kind::Integer => false,
+        Kind::Bytes => {
+            ty.contains("blob") || ty.starts_with("binary") || ty.starts_with("varbinary")
+        }
+        Kind::Text => ty.contains("char") || ty.contains("text"),
+        // MariaDB's JSON is an alias of LONGTEXT (with a JSON_VALID check).
+        Kind::Json | Kind::Jsonb => ty == "json" || ty.contains("text"),
+        // Not TIMESTAMP: before MariaDB 10.10 its first column defaults to the current time and
+        // is updated with the row, and its range ends in 2038.
+        Kind::Time => ty == "datetime(6)",
+    }
+}
+
+/// The types that hold `kind`, in words.
+pub(super) fn expected(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Bytes => {
+            "a BLOB or VARBINARY type (a text or JSON payload: declare `Table::payload_type`)"
+        }
+        Kind::Json | Kind::Jsonb => "JSON or a text type",
+        Kind::Time => "DATETIME(6)",
+        Kind::Integer => "an integer type",
+        Kind::Text => "a text type",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{Claim, Dialect, Names};
-    use crate::{Queue, Table};
+    use crate::table::Table;
 
     #[test]
     fn lease_claim_selects_then_updates() {
-        let q = Queue::table(Table::new("jobs").processed_at("done_at"))
-            .lease("locked_until")
-            .attempt("attempt");
-        let mut n = Names::of_queue(Dialect::MySql, &q.config_for_tests()).unwrap();
+        let table = Table::new("jobs").processed_at("done_at");
+        let mut n = Names::for_test(Dialect::MySql, table, None, "lease", true);
         n.attempt_max = 127; // a tinyint column
         let Claim::SelectThenUpdate { select, updates } = super::lease_claim(&n, 5) else {
             panic!("MySQL claims in two statements");

@@ -1,7 +1,7 @@
 //! PostgreSQL statement text.
 
 use super::common::{claimable, lease_set, order};
-use super::{Claim, Names, Slot, SqlWriter, Stmt};
+use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
 
 /// The columns of a table: name, type, `YES` when it takes NULL, and how an insert that leaves
 /// it out fills it (`generated`: a generated or `GENERATED ALWAYS` identity column, which refuses
@@ -127,19 +127,43 @@ pub(super) fn unlock() -> Stmt {
     w.finish()
 }
 
+/// Whether a column of type `ty` (lower case) holds `kind` (integers: `types::integer_range`).
+pub(super) fn accepts(kind: Kind, ty: &str) -> bool {
+    match kind {
+        Kind::Integer => false,
+        Kind::Bytes => ty == "bytea",
+        Kind::Text => ty == "text" || ty.starts_with("character") || ty.starts_with("varchar"),
+        Kind::Json => ty == "json",
+        Kind::Jsonb => ty == "jsonb",
+        // Lease tokens are compared to the microsecond: a coarser column would round them.
+        Kind::Time => matches!(
+            ty,
+            "timestamp with time zone" | "timestamp(6) with time zone"
+        ),
+    }
+}
+
+/// The types that hold `kind`, in words.
+pub(super) fn expected(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Bytes => "BYTEA (a text or JSON payload: declare `Table::payload_type`)",
+        Kind::Json => "JSON (`PayloadType::Jsonb` for JSONB)",
+        Kind::Jsonb => "JSONB (`PayloadType::Json` for JSON)",
+        Kind::Time => "TIMESTAMPTZ (microseconds)",
+        Kind::Integer => "an integer type",
+        Kind::Text => "a text type",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{Claim, Dialect, Names};
-    use crate::{Queue, Table};
+    use crate::table::Table;
 
     #[test]
     fn lease_claim_is_one_statement() {
         let table = Table::new("jobs").group("queue").retry_after("not_before");
-        let q = Queue::table(table)
-            .named("mail")
-            .lease("locked_until")
-            .attempt("attempt");
-        let mut n = Names::of_queue(Dialect::Postgres, &q.config_for_tests()).unwrap();
+        let mut n = Names::for_test(Dialect::Postgres, table, Some("mail"), "lease", true);
         n.attempt_max = 32_767; // a smallint column
         let Claim::Returning(stmt) = super::lease_claim(&n) else {
             panic!("PostgreSQL claims in one statement");

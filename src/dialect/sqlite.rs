@@ -1,7 +1,7 @@
 //! SQLite statement text.
 
 use super::common::{claimable, lease_set, order};
-use super::{Claim, Names, Slot};
+use super::{Claim, Kind, Names, Slot};
 
 /// The columns of a table: name, declared type, `YES` when it takes NULL, and how an insert that
 /// leaves it out fills it (`default`: a default, or the rowid alias — the one `INTEGER PRIMARY
@@ -74,15 +74,43 @@ pub(super) fn lease_claim(n: &Names) -> Claim {
     Claim::Returning(w.finish())
 }
 
+/// Whether a column of declared type `ty` (lower case) holds `kind` (integers:
+/// `types::integer_range`).
+pub(super) fn accepts(kind: Kind, ty: &str) -> bool {
+    let any = |names: &[&str]| names.iter().any(|name| ty.contains(name));
+    match kind {
+        Kind::Integer => false,
+        Kind::Bytes => ty.is_empty() || ty.contains("blob"),
+        Kind::Text => ty.is_empty() || any(&["char", "clob", "text"]),
+        // Text affinity only: a column declared `JSON` has NUMERIC affinity, which turns a
+        // payload that is a bare number into an INTEGER or REAL (and may round it).
+        Kind::Json | Kind::Jsonb => any(&["char", "clob", "text"]),
+        Kind::Time => ty.is_empty() || any(&["text", "char", "date", "time"]),
+    }
+}
+
+/// The types that hold `kind`, in words.
+pub(super) fn expected(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Bytes => "BLOB (a text or JSON payload: declare `Table::payload_type`)",
+        Kind::Json | Kind::Jsonb => {
+            "TEXT (a column declared JSON has numeric affinity: SQLite would change numbers)"
+        }
+        Kind::Time => "TEXT (RFC 3339, as sqlx writes chrono times)",
+        Kind::Integer => "an integer type",
+        Kind::Text => "a text type",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{Claim, Dialect, Names, Slot};
-    use crate::{Queue, Table};
+    use crate::table::Table;
 
     #[test]
     fn lease_claim_is_one_update_returning() {
-        let q = Queue::table(Table::new("jobs").retry_after("not_before")).lease("locked_until");
-        let n = Names::of_queue(Dialect::Sqlite, &q.config_for_tests()).unwrap();
+        let table = Table::new("jobs").retry_after("not_before");
+        let n = Names::for_test(Dialect::Sqlite, table, None, "lease", false);
         let Claim::Returning(stmt) = super::lease_claim(&n) else {
             panic!("SQLite claims in one statement");
         };
@@ -101,10 +129,7 @@ mod tests {
 
     #[test]
     fn the_claim_counts_the_attempt_up_to_the_largest_integer() {
-        let q = Queue::table(Table::new("jobs"))
-            .lease("locked_until")
-            .attempt("attempt");
-        let n = Names::of_queue(Dialect::Sqlite, &q.config_for_tests()).unwrap();
+        let n = Names::for_test(Dialect::Sqlite, Table::new("jobs"), None, "lease", true);
         let Claim::Returning(stmt) = super::lease_claim(&n) else {
             panic!("SQLite claims in one statement");
         };

@@ -1,7 +1,53 @@
 //! What a column's type holds, read from the type's name as each database's catalog writes it
 //! (`format_type` on PostgreSQL, `COLUMN_TYPE` on MySQL/MariaDB, the declared type on SQLite).
 
-use super::Dialect;
+use super::{mysql, postgres, sqlite};
+use crate::table::{Dialect, PayloadType};
+
+/// What a column's type must hold for its role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Integer,
+    Bytes,
+    Text,
+    Json,
+    Jsonb,
+    Time,
+}
+
+impl Kind {
+    /// The kind of a payload column declared `payload_type`.
+    pub(crate) fn payload(payload_type: PayloadType) -> Kind {
+        match payload_type {
+            PayloadType::Text => Kind::Text,
+            PayloadType::Json => Kind::Json,
+            PayloadType::Jsonb => Kind::Jsonb,
+            _ => Kind::Bytes,
+        }
+    }
+
+    /// Whether a column of type `ty` (as the catalog writes it) holds this kind.
+    pub(crate) fn accepts(self, dialect: Dialect, ty: &str) -> bool {
+        let ty = ty.to_ascii_lowercase();
+        if self == Kind::Integer {
+            return integer_range(dialect, &ty).is_some();
+        }
+        match dialect {
+            Dialect::Postgres => postgres::accepts(self, &ty),
+            Dialect::MySql => mysql::accepts(self, &ty),
+            Dialect::Sqlite => sqlite::accepts(self, &ty),
+        }
+    }
+
+    /// The types that hold this kind, in words.
+    pub(crate) fn expected(self, dialect: Dialect) -> &'static str {
+        match dialect {
+            Dialect::Postgres => postgres::expected(self),
+            Dialect::MySql => mysql::expected(self),
+            Dialect::Sqlite => sqlite::expected(self),
+        }
+    }
+}
 
 /// The values an integer type holds, `(smallest, largest)`; `None` for a type that is not an
 /// integer.

@@ -1,208 +1,240 @@
-//! The lease form: the claim writes a token (the lease's expiry) and commits at once; every
-//! later statement on the row is guarded by that token.
+//! The lease form: the claim writes a token (the lease's expiry) into the lease column and
+//! commits at once; every later statement on the row is guarded by that token, and a statement
+//! that finds another token changes nothing ([`Error::LeaseLost`]).
+//!
+//! A claim takes a row for every free worker in one statement (PostgreSQL: `UPDATE` over a
+//! `FOR UPDATE SKIP LOCKED` selection; MySQL/MariaDB: a locking `SELECT` and an `UPDATE` of the
+//! ids in one READ COMMITTED transaction; SQLite: one `UPDATE .. RETURNING`). Acks and drops of
+//! many deliveries settle in one statement, each row still guarded by its own token.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use sqlx::Connection as _;
 use tokio::time::Instant;
 
-use super::held::{Conns, HeldConn};
-use super::row_lock::no_retry_after;
-use super::{Clock, Custom, Dead, no_dead_letter};
-use crate::backend::{Backend, ClaimedRow, query};
+use super::{
+    Checked, ClaimFailed, Conns, Form, GRACE, Returned, execute, fetch_claimed, fetch_i64,
+    fetch_i64s, fetch_row, in_transaction, no_dead_letter, no_retry_after, on_conn,
+    settlement_args,
+};
+use crate::backend::{Backend, ClaimedRow, HeldConn};
+use crate::config::{FormKind, QueueConfig};
 use crate::delivery::{Outcome, Settle};
-use crate::dialect::{Args, Claim, FinishMany, LeaseSql, MAX_FINISH, Stmt, mysql_begin};
+use crate::dialect::{self, Args, Claim, FinishMany, LeaseSql, MAX_FINISH, Stmt};
 use crate::error::{Error, Result};
 
-/// A claim's rows, in id order, and the lease token they all carry.
-#[derive(Debug)]
-pub(crate) struct Claimed {
-    pub(crate) rows: Vec<ClaimedRow>,
+/// What holds a leased row: its token (the lease's expiry), and when it was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Token {
     pub(crate) token: DateTime<Utc>,
-    /// When the token was taken: extensions are due from here.
-    pub(crate) taken: Instant,
+    taken: Instant,
 }
 
 /// The lease form of one mounted queue.
 #[derive(Debug)]
 pub(crate) struct LeaseForm {
-    pub(crate) sql: LeaseSql,
+    sql: LeaseSql,
     /// The most rows one claim takes (the MySQL claim's updates are rendered up to it).
-    pub(crate) max_claim: usize,
-    pub(crate) duration: Duration,
-    pub(crate) group: Option<Arc<str>>,
-    pub(crate) with_attempt: bool,
-    pub(crate) clock: Clock,
-    pub(crate) queue: Arc<str>,
-    pub(crate) table: Arc<str>,
-    pub(crate) dead: Option<Dead>,
-    pub(crate) custom: Custom,
-    pub(crate) begin_write: Option<&'static str>,
+    max_claim: usize,
+    duration: Duration,
+    checked: Checked,
+    /// What opens the transaction a custom settlement runs in.
+    begin_write: Option<&'static str>,
+    /// What opens a transactional delivery's own transaction.
+    begin_delivery: Option<&'static str>,
 }
 
-impl LeaseForm {
-    /// Claims up to `limit` rows in one committed step, counting their attempt, passing over
-    /// the `excluded` ids.
-    pub(crate) async fn claim<DB: Backend>(
+/// The most rows one claim takes.
+pub(crate) const MAX_CLAIM: usize = 1000;
+
+impl<DB: Backend> Form<DB> for LeaseForm {
+    type Hold = Token;
+    type Batch = Vec<Token>;
+    const ONE_CLAIM: bool = true;
+    const GROUPS_ACKS: bool = true;
+
+    async fn prepare(
+        conn: &mut DB::Connection,
+        config: &QueueConfig,
+        checked: Checked,
+    ) -> Result<Self> {
+        let duration = match config.form {
+            FormKind::Lease { duration, .. } => duration,
+            FormKind::RowLock | FormKind::Advisory => crate::config::DEFAULT_LEASE,
+        };
+        // One claim takes a row per free worker, or a batch.
+        let max_claim = config
+            .workers
+            .max(config.batch.unwrap_or(1))
+            .min(MAX_CLAIM);
+        let sql = dialect::lease(&checked.names, max_claim);
+        super::schema::prepare_all::<DB>(conn, config, &sql.statements()).await?;
+        Ok(LeaseForm {
+            max_claim,
+            duration,
+            begin_write: dialect::begin_write(DB::DIALECT),
+            begin_delivery: dialect::begin_delivery(
+                DB::DIALECT,
+                config.isolation,
+                config.sqlite_mode,
+                checked.server.checks_connection,
+            ),
+            sql,
+            checked,
+        })
+    }
+
+    async fn claim(
         &self,
         conns: &Conns<DB>,
-        limit: usize,
+        want: usize,
+        _: (usize, usize),
         excluded: &[i64],
-    ) -> Result<Claimed, sqlx::Error> {
-        // The token is taken once the connection is: a wait for it does not shorten the lease.
-        let mut conn = conns.get().await?;
-        let taken = Instant::now();
-        let now = self.clock.now();
-        let token = self.clock.after(self.duration);
+    ) -> Result<Vec<(ClaimedRow, Token)>, ClaimFailed> {
+        let (rows, token) = self.claim_rows::<DB>(conns, want, excluded).await?;
+        Ok(rows.into_iter().map(|row| (row, token)).collect())
+    }
+
+    async fn claim_batch(
+        &self,
+        conns: &Conns<DB>,
+        size: usize,
+        excluded: &[i64],
+    ) -> Result<(Vec<ClaimedRow>, Vec<Token>), ClaimFailed> {
+        let (rows, token) = self.claim_rows::<DB>(conns, size, excluded).await?;
+        let tokens = vec![token; rows.len()];
+        Ok((rows, tokens))
+    }
+
+    async fn next(&self, conns: &Conns<DB>, excluded: &[i64]) -> Result<Option<i64>, sqlx::Error> {
         let args = Args {
-            now: Some(now),
-            new_token: Some(token),
-            group: self.group.as_deref(),
-            limit: i64::try_from(limit.min(self.max_claim)).unwrap_or(i64::MAX),
+            now: Some(self.checked.clock.now()),
+            group: self.checked.group.as_deref(),
             excluded,
             ..Args::default()
         };
-        let claim = match excluded {
-            [] => &self.sql.claim,
-            _ => &self.sql.claim_excluding,
-        };
-        let claimed = async {
-            Ok(match claim {
-                Claim::Returning(stmt) => {
-                    DB::fetch_claimed(&mut *conn, query(stmt, &args), self.with_attempt).await?
-                }
-                Claim::SelectThenUpdate { select, updates } => {
-                    let mut tx = conn.begin_with(mysql_begin()).await?;
-                    let rows = DB::fetch_claimed(&mut *tx, query(select, &args), self.with_attempt)
-                        .await?;
-                    if !rows.is_empty() {
-                        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-                        let args = Args { ids: &ids, ..args };
-                        DB::execute(
-                            &mut *tx,
-                            query(Claim::update_for(updates, ids.len()), &args),
-                        )
-                        .await?;
-                    }
-                    tx.commit().await?;
-                    rows
-                }
-            })
-        };
-        let mut rows = conns.checked(claimed.await)?;
-        conns.put(conn);
-        rows.sort_unstable_by_key(|row| row.id);
-        Ok(Claimed { rows, token, taken })
+        on_conn(conns, async |conn| fetch_i64::<DB>(conn, &self.sql.next, &args).await).await
     }
 
-    /// The id a claim passing over `excluded` would take next (the row a claim that failed for a
-    /// reason of its own failed on), if any.
-    pub(crate) async fn next<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        excluded: &[i64],
-    ) -> Result<Option<i64>, sqlx::Error> {
-        let args = Args {
-            now: Some(self.clock.now()),
-            group: self.group.as_deref(),
-            excluded,
-            ..Args::default()
-        };
-        let mut conn = conns.get().await?;
-        let next = conns.checked(DB::fetch_i64(&mut conn, query(&self.sql.next, &args)).await)?;
-        conns.put(conn);
-        Ok(next)
+    fn extend_every(&self, hold: &Token) -> Option<(Duration, Instant)> {
+        Some((self.duration / 2, hold.taken))
     }
 
-    /// Extends the lease of row `id` from `token`: the new token, or `None` when the lease was
-    /// lost.
-    pub(crate) async fn extend<DB: Backend>(
+    fn extension(&self, _: &Token) -> Option<Token> {
+        Some(Token {
+            token: self.checked.clock.after(self.duration),
+            taken: Instant::now(),
+        })
+    }
+
+    async fn extend(
         &self,
         conns: &Conns<DB>,
         id: i64,
-        token: DateTime<Utc>,
-    ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
-        self.extend_to(conns, id, token, self.next_token()).await
-    }
-
-    /// The token an extension made now writes.
-    pub(crate) fn next_token(&self) -> DateTime<Utc> {
-        self.clock.after(self.duration)
-    }
-
-    /// Extends the lease of row `id` from `token` to `new_token` (from [`next_token`], known
-    /// before the statement is sent, so that a release can fence an extension whose outcome is
-    /// unknown).
-    ///
-    /// [`next_token`]: LeaseForm::next_token
-    pub(crate) async fn extend_to<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        id: i64,
-        token: DateTime<Utc>,
-        new_token: DateTime<Utc>,
-    ) -> Result<Option<DateTime<Utc>>, sqlx::Error> {
+        from: &Token,
+        to: &Token,
+    ) -> Result<bool, sqlx::Error> {
         let args = Args {
             id,
-            token: Some(token),
-            new_token: Some(new_token),
+            token: Some(from.token),
+            new_token: Some(to.token),
             ..Args::default()
         };
-        let changed = self.run(conns, &self.sql.extend, &args).await?;
-        Ok((changed == 1).then_some(new_token))
+        let changed = on_conn(conns, async |conn| {
+            execute::<DB>(conn, &self.sql.extend, &args).await
+        })
+        .await?;
+        Ok(changed == 1)
     }
 
-    /// Settles row `id` by `outcome`, on `tx` — the delivery's own transaction, committed with
-    /// the settlement — or on a connection of the pool.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::LeaseLost`] when the row no longer carries `token`; nothing was changed, and
-    /// `tx` was rolled back.
-    pub(crate) async fn settle<DB: Backend>(
+    fn extend_batch_every(&self, tokens: &Vec<Token>) -> Option<(Duration, Instant)> {
+        let taken = tokens.first()?.taken;
+        Some((self.duration / 2, taken))
+    }
+
+    async fn extend_batch(&self, conns: &Conns<DB>, ids: &[i64], tokens: &mut Vec<Token>) {
+        for (id, token) in ids.iter().zip(tokens.iter_mut()) {
+            let to = Token {
+                token: self.checked.clock.after(self.duration),
+                taken: Instant::now(),
+            };
+            match <Self as Form<DB>>::extend(self, conns, *id, token, &to).await {
+                Ok(true) => *token = to,
+                Ok(false) => tracing::warn!(id, "lease lost while the batch was running"),
+                Err(error) => tracing::warn!(id, %error, "lease extension failed"),
+            }
+        }
+    }
+
+    async fn lend(&self, conns: &Conns<DB>, _: &mut Token) -> Result<HeldConn<DB>> {
+        let mut conn = HeldConn::new(conns.get().await?);
+        conn.begin(self.begin_delivery).await?;
+        conn.lend();
+        Ok(conn)
+    }
+
+    async fn take_back(
+        &self,
+        conns: &Conns<DB>,
+        _: &mut Token,
+        mut conn: HeldConn<DB>,
+        ack: bool,
+    ) -> Result<Option<HeldConn<DB>>, sqlx::Error> {
+        if ack {
+            // Committed with the ack's settlement, guarded by the token.
+            return Ok(Some(conn));
+        }
+        conn.rollback().await?;
+        conns.put_held(conn);
+        Ok(None)
+    }
+
+    async fn read_row(
+        &self,
+        conns: &Conns<DB>,
+        _: &mut Token,
+        tx: Option<&mut HeldConn<DB>>,
+        id: i64,
+    ) -> Result<Option<DB::Row>, sqlx::Error> {
+        let stmt = &self.checked.row;
+        match tx {
+            Some(tx) => fetch_row::<DB>(tx, stmt, id).await,
+            None => on_conn(conns, async |conn| fetch_row::<DB>(conn, stmt, id).await).await,
+        }
+    }
+
+    async fn settle(
         &self,
         conns: &Conns<DB>,
         id: i64,
-        token: DateTime<Utc>,
+        hold: Token,
         outcome: Outcome,
         tx: Option<HeldConn<DB>>,
     ) -> Result<()> {
-        let mut args = Args {
-            id,
-            token: Some(token),
-            now: Some(self.clock.now()),
-            group: self.group.as_deref(),
-            dead_group: self.dead.as_ref().and_then(|dead| dead.group.as_deref()),
-            ..Args::default()
+        let args = Args {
+            token: Some(hold.token),
+            ..settlement_args(&self.checked, id, outcome)
         };
-        if let Settle::RetryAfter(delay) = outcome.0 {
-            args.at = Some(self.clock.after(delay));
-        }
         let mut conn = match tx {
             Some(tx) => tx,
             None => HeldConn::new(conns.get().await?),
         };
-        let settled = match (self.custom.get(outcome.0), &self.dead, outcome.0) {
+        let settled = match (self.checked.custom.get(outcome.0), &self.checked.dead, outcome.0) {
             (Some(custom), _, _) => {
                 // The lease first: confirmed and locked in the transaction the custom SQL runs in.
                 if conn.depth() == 0 {
                     conn.begin(self.begin_write).await?;
                 }
-                let held = DB::fetch_i64(&mut conn, query(&self.sql.confirm, &args))
+                let held = fetch_i64::<DB>(&mut conn, &self.sql.confirm, &args)
                     .await?
                     .is_some();
                 if held {
-                    DB::execute(&mut conn, query(custom, &args)).await?;
+                    execute::<DB>(&mut conn, custom, &args).await?;
                 }
                 held
             }
             (None, Some(dead), Settle::DeadLetter) => dead.run(&mut conn, &args).await?,
-            (None, _, settle) => {
-                let stmt = self.statement(settle, id);
-                DB::execute(&mut conn, query(stmt, &args)).await? > 0
-            }
+            (None, _, settle) => execute::<DB>(&mut conn, self.statement(settle, id), &args).await? > 0,
         };
         if conn.depth() > 0 {
             if settled {
@@ -215,11 +247,170 @@ impl LeaseForm {
         if settled { Ok(()) } else { Err(self.lost(id)) }
     }
 
+    async fn settle_many(
+        &self,
+        conns: &Conns<DB>,
+        rows: Vec<(i64, Token, Outcome)>,
+    ) -> Vec<Result<()>> {
+        // Acks and drops without a statement of the service's own in one statement each 64
+        // rows, each guarded by its own token; the rest row by row.
+        let grouped = |outcome: Outcome| {
+            matches!(outcome.0, Settle::Ack | Settle::Drop)
+                && self.checked.custom.get(outcome.0).is_none()
+        };
+        let mut results: Vec<Option<Result<()>>> = rows.iter().map(|_| None).collect();
+        let acks: Vec<(usize, i64, DateTime<Utc>)> = rows
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, _, outcome))| grouped(*outcome))
+            .map(|(i, (id, hold, _))| (i, *id, hold.token))
+            .collect();
+        for chunk in acks.chunks(MAX_FINISH) {
+            let items: Vec<(i64, DateTime<Utc>)> =
+                chunk.iter().map(|(_, id, token)| (*id, *token)).collect();
+            match self.finish_many::<DB>(conns, &items).await {
+                Ok(settled) => {
+                    for ((i, id, _), settled) in chunk.iter().zip(settled) {
+                        results[*i] = Some(if settled { Ok(()) } else { Err(self.lost(*id)) });
+                    }
+                }
+                Err(error) => {
+                    // Each row again on its own, so each gets its own answer.
+                    tracing::warn!(%error, rows = chunk.len(), "grouped acknowledgement failed");
+                }
+            }
+        }
+        let mut settled = Vec::with_capacity(rows.len());
+        for ((id, hold, outcome), result) in rows.into_iter().zip(results) {
+            settled.push(match result {
+                Some(result) => result,
+                None => <Self as Form<DB>>::settle(self, conns, id, hold, outcome, None).await,
+            });
+        }
+        settled
+    }
+
+    async fn settle_batch(
+        &self,
+        conns: &Conns<DB>,
+        settlements: &[(i64, Outcome)],
+        tokens: Vec<Token>,
+    ) -> Result<Vec<Result<()>>, (Option<i64>, Error)> {
+        let rows = settlements
+            .iter()
+            .zip(tokens)
+            .map(|(&(id, outcome), token)| (id, token, outcome))
+            .collect();
+        Ok(<Self as Form<DB>>::settle_many(self, conns, rows).await)
+    }
+
+    async fn release(&self, conns: &Conns<DB>, id: i64, hold: Token) -> bool {
+        self.release_either::<DB>(conns, id, hold, None)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::warn!(%error, id, "could not release a row; it is released when its \
+                    lease expires");
+                false
+            })
+    }
+
+    async fn release_batch(&self, conns: &Conns<DB>, ids: &[i64], tokens: Vec<Token>) -> u64 {
+        let mut released = 0;
+        for (&id, token) in ids.iter().zip(tokens) {
+            if <Self as Form<DB>>::release(self, conns, id, token).await {
+                released += 1;
+            }
+        }
+        released
+    }
+
+    fn keep(&self, hold: &Token) -> Option<Token> {
+        Some(*hold)
+    }
+
+    async fn hold_for(&self, conns: &Conns<DB>, id: i64, hold: Token, delay: Duration) {
+        let until = Token {
+            token: self.checked.clock.after(delay),
+            taken: Instant::now(),
+        };
+        if let Err(error) = <Self as Form<DB>>::extend(self, conns, id, &hold, &until).await {
+            tracing::warn!(%error, "could not keep the lease for the delay");
+        }
+    }
+
+    async fn abandon(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        hold: Token,
+        extending: Option<Token>,
+    ) -> Returned {
+        let release = self.release_either::<DB>(conns, id, hold, extending);
+        match tokio::time::timeout(GRACE, release).await {
+            Ok(Ok(true)) => Returned::Released,
+            Ok(Ok(false)) => Returned::NotHeld,
+            Ok(Err(_)) | Err(_) => Returned::Unconfirmed,
+        }
+    }
+}
+
+impl LeaseForm {
+    /// Claims up to `limit` rows in one committed step, counting their attempt, passing over
+    /// the `excluded` ids: the rows, in id order, and the token they all carry.
+    async fn claim_rows<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        limit: usize,
+        excluded: &[i64],
+    ) -> Result<(Vec<ClaimedRow>, Token), sqlx::Error> {
+        let checked = &self.checked;
+        // The token is taken once the connection is: a wait for it does not shorten the lease.
+        let mut conn = conns.get().await?;
+        let hold = Token {
+            token: checked.clock.after(self.duration),
+            taken: Instant::now(),
+        };
+        let args = Args {
+            now: Some(checked.clock.now()),
+            new_token: Some(hold.token),
+            group: checked.group.as_deref(),
+            limit: i64::try_from(limit.min(self.max_claim)).unwrap_or(i64::MAX),
+            excluded,
+            ..Args::default()
+        };
+        let claim = match excluded {
+            [] => &self.sql.claim,
+            _ => &self.sql.claim_excluding,
+        };
+        let claimed = match claim {
+            Claim::Returning(stmt) => {
+                fetch_claimed::<DB>(&mut conn, stmt, &args, checked.with_attempt).await
+            }
+            Claim::SelectThenUpdate { select, updates } => {
+                let begin = dialect::mysql_begin();
+                in_transaction::<DB, _>(&mut conn, begin, async |tx| {
+                    let rows = fetch_claimed::<DB>(tx, select, &args, checked.with_attempt).await?;
+                    if !rows.is_empty() {
+                        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+                        let args = Args { ids: &ids, ..args };
+                        execute::<DB>(tx, Claim::update_for(updates, ids.len()), &args).await?;
+                    }
+                    Ok(rows)
+                })
+                .await
+            }
+        };
+        let mut rows = conns.checked(claimed)?;
+        conns.put(conn);
+        rows.sort_unstable_by_key(|row| row.id);
+        Ok((rows, hold))
+    }
+
     /// The crate's own statement for `settle` (a move to a dead letter runs apart).
     fn statement(&self, settle: Settle, id: i64) -> &Stmt {
         match settle {
             Settle::DeadLetter => {
-                no_dead_letter(&self.table, id);
+                no_dead_letter(&self.checked.table, id);
                 &self.sql.finish
             }
             Settle::Ack | Settle::Drop | Settle::Undecodable => &self.sql.finish,
@@ -227,31 +418,36 @@ impl LeaseForm {
             Settle::RetryAfter(delay) => match &self.sql.retry_after {
                 Some(stmt) => stmt,
                 None => {
-                    no_retry_after(&self.table, delay);
+                    no_retry_after(&self.checked.table, delay);
                     &self.sql.release
                 }
             },
         }
     }
 
-    /// Acknowledges many rows with one statement (at most [`MAX_FINISH`]), each guarded by its own
-    /// token: whether each row still carried its token and was settled.
-    pub(crate) async fn finish_many<DB: Backend>(
+    /// Acknowledges many rows with one statement (at most [`MAX_FINISH`]), each guarded by its
+    /// own token: whether each row still carried its token and was settled.
+    async fn finish_many<DB: Backend>(
         &self,
         conns: &Conns<DB>,
         items: &[(i64, DateTime<Utc>)],
     ) -> Result<Vec<bool>, sqlx::Error> {
         debug_assert!(!items.is_empty() && items.len() <= MAX_FINISH);
+        let now = Some(self.checked.clock.now());
         if let [(id, token)] = items {
             // One row: its own guarded statement, one round trip (not a transaction's four on
-            // MySQL), with no arrays to build.
+            // MySQL), with no lists to build.
             let args = Args {
                 id: *id,
                 token: Some(*token),
-                now: Some(self.clock.now()),
+                now,
                 ..Args::default()
             };
-            return Ok(vec![self.run(conns, &self.sql.finish, &args).await? > 0]);
+            let changed = on_conn(conns, async |conn| {
+                execute::<DB>(conn, &self.sql.finish, &args).await
+            })
+            .await?;
+            return Ok(vec![changed > 0]);
         }
         let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
         let tokens: Vec<DateTime<Utc>> = items.iter().map(|(_, token)| *token).collect();
@@ -259,84 +455,67 @@ impl LeaseForm {
         let args = Args {
             ids: &ids,
             tokens: &tokens,
-            now: Some(self.clock.now()),
+            now,
             ..Args::default()
         };
-        let mut conn = conns.get().await?;
-        let settled = async {
-            Ok(match &self.sql.finish_many {
-                FinishMany::Returning(statements) => {
-                    DB::fetch_i64s(&mut conn, query(&statements[size(ids.len())], &args)).await?
-                }
-                FinishMany::LockThenFinish { held, finish } => {
-                    let mut tx = conn.begin_with(mysql_begin()).await?;
-                    let held =
-                        DB::fetch_i64s(&mut tx, query(&held[size(ids.len())], &args)).await?;
+        let settled = on_conn(conns, async |conn| match &self.sql.finish_many {
+            FinishMany::Returning(statements) => {
+                fetch_i64s::<DB>(conn, &statements[size(ids.len())], &args).await
+            }
+            FinishMany::LockThenFinish { held, finish } => {
+                in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
+                    let held = fetch_i64s::<DB>(tx, &held[size(ids.len())], &args).await?;
                     if !held.is_empty() {
                         let args = Args { ids: &held, ..args };
-                        DB::execute(&mut tx, query(&finish[size(held.len())], &args)).await?;
+                        execute::<DB>(tx, &finish[size(held.len())], &args).await?;
                     }
-                    tx.commit().await?;
-                    held
-                }
-            })
-        };
-        let settled = conns.checked(settled.await)?;
-        conns.put(conn);
+                    Ok(held)
+                })
+                .await
+            }
+        })
+        .await?;
         Ok(ids.iter().map(|id| settled.contains(id)).collect())
     }
 
     /// Releases the lease of row `id` (a delivery that will not be settled): the row is
-    /// claimable again at once. Returns whether the lease was still held.
-    pub(crate) async fn release<DB: Backend>(
+    /// claimable again at once. With `extended`, the token of an extension whose outcome is
+    /// unknown, either token is released. Whether the lease was still held.
+    async fn release_either<DB: Backend>(
         &self,
         conns: &Conns<DB>,
         id: i64,
-        token: DateTime<Utc>,
+        hold: Token,
+        extended: Option<Token>,
     ) -> Result<bool, sqlx::Error> {
-        let args = Args {
-            id,
-            token: Some(token),
-            ..Args::default()
+        let (stmt, args) = match extended {
+            Some(extended) => (
+                &self.sql.release_either,
+                Args {
+                    id,
+                    token: Some(hold.token),
+                    new_token: Some(extended.token),
+                    ..Args::default()
+                },
+            ),
+            None => (
+                &self.sql.release,
+                Args {
+                    id,
+                    token: Some(hold.token),
+                    ..Args::default()
+                },
+            ),
         };
-        Ok(self.run(conns, &self.sql.release, &args).await? == 1)
+        let changed = on_conn(conns, async |conn| execute::<DB>(conn, stmt, &args).await).await?;
+        Ok(changed == 1)
     }
 
-    /// Releases the lease of row `id` whether it carries `token` or `extended`, the token of an
-    /// extension whose outcome is unknown. Returns whether either was still held.
-    pub(crate) async fn release_either<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        id: i64,
-        token: DateTime<Utc>,
-        extended: DateTime<Utc>,
-    ) -> Result<bool, sqlx::Error> {
-        let args = Args {
-            id,
-            token: Some(token),
-            new_token: Some(extended),
-            ..Args::default()
-        };
-        Ok(self.run(conns, &self.sql.release_either, &args).await? == 1)
-    }
-
-    pub(crate) fn lost(&self, id: i64) -> Error {
+    fn lost(&self, id: i64) -> Error {
         Error::LeaseLost {
-            queue: self.queue.to_string(),
-            table: self.table.to_string(),
+            queue: self.checked.queue.to_string(),
+            table: self.checked.table.to_string(),
             id,
         }
-    }
-
-    async fn run<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        stmt: &Stmt,
-        args: &Args<'_>,
-    ) -> Result<u64, sqlx::Error> {
-        let mut conn = conns.get().await?;
-        let changed = conns.checked(DB::execute(&mut *conn, query(stmt, args)).await)?;
-        conns.put(conn);
-        Ok(changed)
     }
 }

@@ -1,74 +1,250 @@
-//! The row lock form: the claim's transaction holds the row (`FOR UPDATE SKIP LOCKED`) while its
-//! handler runs; the settlement runs in that transaction, and its commit is the settlement.
+//! The row lock form: each delivery is claimed in a transaction of its own, on a connection of its
+//! own (`SELECT .. FOR UPDATE SKIP LOCKED`; on MySQL/MariaDB at READ COMMITTED), which holds the
+//! row while the handler runs; the settlement runs in that transaction, and its commit is the
+//! settlement. A transactional handler writes in a savepoint of it.
 
-use std::sync::Arc;
-
-use super::held::{Conns, HeldConn};
-use super::{Clock, Custom, Dead, no_dead_letter};
-use crate::backend::{Backend, ClaimedRow, query};
+use super::{
+    Checked, ClaimFailed, Conns, Form, Held, Returned, execute, fetch_claimed, fetch_i64,
+    fetch_row, no_dead_letter, no_retry_after, on_conn, settlement_args,
+};
+use crate::backend::{Backend, ClaimedRow, HeldConn};
+use crate::config::QueueConfig;
 use crate::delivery::{Outcome, Settle};
-use crate::dialect::{Args, RowLockSql};
-use crate::error::Result;
+use crate::dialect::{self, Args, RowLockSql, Stmt};
+use crate::error::{Error, Result};
 
 /// The row lock form of one mounted queue.
 #[derive(Debug)]
 pub(crate) struct RowLockForm {
-    pub(crate) sql: RowLockSql,
-    pub(crate) group: Option<Arc<str>>,
-    pub(crate) with_attempt: bool,
-    pub(crate) clock: Clock,
-    pub(crate) table: Arc<str>,
-    pub(crate) dead: Option<Dead>,
-    pub(crate) custom: Custom,
+    sql: RowLockSql,
+    checked: Checked,
 }
 
-impl RowLockForm {
-    /// Claims one row in a transaction of its own, on a connection of its own: the
-    /// transaction holds the row until the delivery settles.
-    pub(crate) async fn claim_one<DB: Backend>(
+impl<DB: Backend> Form<DB> for RowLockForm {
+    type Hold = Held<DB>;
+    type Batch = HeldConn<DB>;
+    const ONE_CLAIM: bool = false;
+
+    async fn prepare(
+        conn: &mut DB::Connection,
+        config: &QueueConfig,
+        checked: Checked,
+    ) -> Result<Self> {
+        let mut sql = dialect::row_lock(&checked.names);
+        if config.transactional {
+            // The handler's transaction is the claim's: it begins at the queue's isolation.
+            sql.begin = dialect::begin_delivery(
+                DB::DIALECT,
+                config.isolation,
+                config.sqlite_mode,
+                checked.server.checks_connection,
+            );
+        }
+        let mut statements = vec![&sql.claim, &sql.claim_excluding, &sql.next, &sql.finish];
+        statements.extend(sql.retry.iter().chain(&sql.retry_after));
+        super::schema::prepare_all::<DB>(conn, config, &statements).await?;
+        Ok(RowLockForm { sql, checked })
+    }
+
+    async fn claim(
         &self,
         conns: &Conns<DB>,
+        _: usize,
+        _: (usize, usize),
         excluded: &[i64],
-    ) -> Result<Option<(ClaimedRow, HeldConn<DB>)>, sqlx::Error> {
-        let mut conn = HeldConn::new(conns.get().await?);
-        conn.begin(self.sql.begin).await?;
+    ) -> Result<Vec<(ClaimedRow, Held<DB>)>, ClaimFailed> {
+        let (mut rows, conn) = self.claim_rows::<DB>(conns, 1, excluded).await?;
+        Ok(match rows.pop() {
+            Some(row) => {
+                let session = row.session;
+                vec![(row, Held::new(conn, session))]
+            }
+            None => {
+                conns.put_held(conn);
+                Vec::new()
+            }
+        })
+    }
+
+    async fn claim_batch(
+        &self,
+        conns: &Conns<DB>,
+        size: usize,
+        excluded: &[i64],
+    ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), ClaimFailed> {
+        Ok(self.claim_rows::<DB>(conns, size, excluded).await?)
+    }
+
+    async fn next(&self, conns: &Conns<DB>, excluded: &[i64]) -> Result<Option<i64>, sqlx::Error> {
         let args = Args {
-            now: Some(self.clock.now()),
-            group: self.group.as_deref(),
-            limit: 1,
+            now: Some(self.checked.clock.now()),
+            group: self.checked.group.as_deref(),
             excluded,
             ..Args::default()
         };
-        let claim = match excluded {
-            [] => &self.sql.claim,
-            _ => &self.sql.claim_excluding,
-        };
-        let claimed = DB::fetch_claimed(&mut conn, query(claim, &args), self.with_attempt)
-            .await?
-            .pop();
-        match claimed {
-            Some(row) => Ok(Some((row, conn))),
-            None => {
-                conn.rollback().await?;
-                conns.put_held(conn);
-                Ok(None)
-            }
+        on_conn(conns, async |conn| fetch_i64::<DB>(conn, &self.sql.next, &args).await).await
+    }
+
+    async fn lend(&self, _: &Conns<DB>, hold: &mut Held<DB>) -> Result<HeldConn<DB>> {
+        // A savepoint in the claim's transaction.
+        match hold.lend(None).await {
+            Some(lent) => Ok(lent?),
+            None => Err(self.held(0)),
         }
     }
 
-    /// Claims up to `limit` rows in one transaction on one connection: a row lock batch, which
-    /// settles all together.
-    pub(crate) async fn claim_batch<DB: Backend>(
+    async fn take_back(
+        &self,
+        _: &Conns<DB>,
+        hold: &mut Held<DB>,
+        mut conn: HeldConn<DB>,
+        ack: bool,
+    ) -> Result<Option<HeldConn<DB>>, sqlx::Error> {
+        // An ack releases the savepoint into the claim's transaction, which commits with the
+        // settlement; any other outcome rolls back to it.
+        if ack {
+            conn.commit().await?;
+        } else {
+            conn.rollback().await?;
+        }
+        hold.conn = Some(conn);
+        Ok(None)
+    }
+
+    async fn read_row(
+        &self,
+        _: &Conns<DB>,
+        hold: &mut Held<DB>,
+        tx: Option<&mut HeldConn<DB>>,
+        id: i64,
+    ) -> Result<Option<DB::Row>, sqlx::Error> {
+        match tx.or(hold.conn.as_mut()) {
+            Some(conn) => fetch_row::<DB>(conn, &self.checked.row, id).await,
+            None => Ok(None),
+        }
+    }
+
+    async fn settle(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        hold: Held<DB>,
+        outcome: Outcome,
+        _: Option<HeldConn<DB>>,
+    ) -> Result<()> {
+        let Some(mut conn) = hold.conn else {
+            return Err(self.held(id));
+        };
+        let settled = match self.apply::<DB>(&mut conn, id, outcome).await {
+            Ok(true) => conn.commit().await.map_err(Error::from),
+            Ok(false) => conn.rollback().await.map_err(Error::from),
+            Err(error) => Err(error),
+        };
+        // Dropped unsettled if the transaction is still open: the server rolls it back.
+        conns.put_held(conn);
+        settled
+    }
+
+    async fn settle_batch(
+        &self,
+        conns: &Conns<DB>,
+        settlements: &[(i64, Outcome)],
+        mut conn: HeldConn<DB>,
+    ) -> Result<Vec<Result<()>>, (Option<i64>, Error)> {
+        let mut failed = None;
+        for &(id, outcome) in settlements {
+            if let Err(error) = self.apply::<DB>(&mut conn, id, outcome).await {
+                failed = Some((Some(id), error));
+                break;
+            }
+        }
+        let failed = match failed {
+            None => conn
+                .commit()
+                .await
+                .err()
+                .map(|error| (None, Error::from(error))),
+            Some(failed) => {
+                // Dropped unsettled if the rollback fails: the server rolls back.
+                let _ = conn.rollback().await;
+                Some(failed)
+            }
+        };
+        conns.put_held(conn);
+        match failed {
+            None => Ok(settlements.iter().map(|_| Ok(())).collect()),
+            Some((row, error)) => Err((
+                row,
+                Error::BatchRolledBack {
+                    queue: self.checked.queue.to_string(),
+                    rows: settlements.len(),
+                    source: Box::new(error),
+                },
+            )),
+        }
+    }
+
+    async fn release(&self, conns: &Conns<DB>, id: i64, hold: Held<DB>) -> bool {
+        // A connection still lent is closed by whoever holds it: the server rolls back.
+        let Some(conn) = hold.conn else { return true };
+        rollback(conns, id, conn).await
+    }
+
+    async fn release_batch(&self, conns: &Conns<DB>, ids: &[i64], conn: HeldConn<DB>) -> u64 {
+        if ids.is_empty() {
+            // A claim that found nothing: its transaction ended already.
+            conns.put_held(conn);
+            return 0;
+        }
+        let rows = ids.len() as u64;
+        if rollback(conns, ids.first().copied().unwrap_or(0), conn).await {
+            rows
+        } else {
+            0
+        }
+    }
+
+    async fn abandon(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        hold: Held<DB>,
+        _: Option<Held<DB>>,
+    ) -> Returned {
+        hold.abandon(conns, async |conn| rollback(conns, id, conn).await)
+            .await
+    }
+}
+
+/// Rolls the claim's transaction back: the row returns as it was. Whether the rollback was
+/// confirmed (else the connection is closed, and the server rolls back).
+async fn rollback<DB: Backend>(conns: &Conns<DB>, id: i64, mut conn: HeldConn<DB>) -> bool {
+    match conn.rollback().await {
+        Ok(()) => {
+            conns.put_held(conn);
+            true
+        }
+        Err(error) => {
+            tracing::warn!(%error, id, "could not roll back a claim; its connection is closed");
+            false
+        }
+    }
+}
+
+impl RowLockForm {
+    /// Claims up to `limit` rows in one transaction on one connection, which then holds them.
+    async fn claim_rows<DB: Backend>(
         &self,
         conns: &Conns<DB>,
         limit: usize,
         excluded: &[i64],
     ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), sqlx::Error> {
+        let checked = &self.checked;
         let mut conn = HeldConn::new(conns.get().await?);
         conn.begin(self.sql.begin).await?;
         let args = Args {
-            now: Some(self.clock.now()),
-            group: self.group.as_deref(),
+            now: Some(checked.clock.now()),
+            group: checked.group.as_deref(),
             limit: i64::try_from(limit).unwrap_or(i64::MAX),
             excluded,
             ..Args::default()
@@ -77,7 +253,7 @@ impl RowLockForm {
             [] => &self.sql.claim,
             _ => &self.sql.claim_excluding,
         };
-        let mut rows = DB::fetch_claimed(&mut conn, query(claim, &args), self.with_attempt).await?;
+        let mut rows = fetch_claimed::<DB>(&mut conn, claim, &args, checked.with_attempt).await?;
         if rows.is_empty() {
             conn.rollback().await?;
         }
@@ -85,72 +261,29 @@ impl RowLockForm {
         Ok((rows, conn))
     }
 
-    /// The id a claim passing over `excluded` would take next (the row a claim that failed for a
-    /// reason of its own failed on), if any.
-    pub(crate) async fn next<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        excluded: &[i64],
-    ) -> Result<Option<i64>, sqlx::Error> {
-        let args = Args {
-            now: Some(self.clock.now()),
-            group: self.group.as_deref(),
-            excluded,
-            ..Args::default()
-        };
-        let mut conn = conns.get().await?;
-        let next = conns.checked(DB::fetch_i64(&mut conn, query(&self.sql.next, &args)).await)?;
-        conns.put(conn);
-        Ok(next)
-    }
-
-    /// Settles row `id` in its claim's transaction, and commits (retry without an attempt column:
-    /// rolls back, which returns the row as it was).
-    pub(crate) async fn settle<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        id: i64,
-        outcome: Outcome,
-    ) -> Result<()> {
-        if self.apply(conn, id, outcome).await? {
-            conn.commit().await?;
-        } else {
-            conn.rollback().await?;
-        }
-        Ok(())
-    }
-
     /// Runs row `id`'s settlement statement in the claim's transaction, without ending it:
     /// `false` when the outcome has none (a retry without an attempt column leaves the row as
-    /// it was).
-    pub(crate) async fn apply<DB: Backend>(
+    /// it was: a rollback).
+    async fn apply<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         id: i64,
         outcome: Outcome,
     ) -> Result<bool> {
-        let mut args = Args {
-            id,
-            now: Some(self.clock.now()),
-            group: self.group.as_deref(),
-            dead_group: self.dead.as_ref().and_then(|dead| dead.group.as_deref()),
-            ..Args::default()
-        };
-        if let Settle::RetryAfter(delay) = outcome.0 {
-            args.at = Some(self.clock.after(delay));
-        }
-        if let Some(custom) = self.custom.get(outcome.0) {
-            DB::execute(conn, query(custom, &args)).await?;
+        let checked = &self.checked;
+        let args = settlement_args(checked, id, outcome);
+        if let Some(custom) = checked.custom.get(outcome.0) {
+            execute::<DB>(conn, custom, &args).await?;
             return Ok(true);
         }
-        let stmt = match outcome.0 {
-            Settle::DeadLetter => match &self.dead {
+        let stmt: Option<&Stmt> = match outcome.0 {
+            Settle::DeadLetter => match &checked.dead {
                 Some(dead) => {
                     dead.run(conn, &args).await?;
                     return Ok(true);
                 }
                 None => {
-                    no_dead_letter(&self.table, id);
+                    no_dead_letter(&checked.table, id);
                     Some(&self.sql.finish)
                 }
             },
@@ -159,22 +292,25 @@ impl RowLockForm {
             Settle::RetryAfter(delay) => match &self.sql.retry_after {
                 Some(stmt) => Some(stmt),
                 None => {
-                    no_retry_after(&self.table, delay);
+                    no_retry_after(&checked.table, delay);
                     self.sql.retry.as_ref()
                 }
             },
         };
         match stmt {
             Some(stmt) => {
-                DB::execute(conn, query(stmt, &args)).await?;
+                execute::<DB>(conn, stmt, &args).await?;
                 Ok(true)
             }
             None => Ok(false),
         }
     }
-}
 
-/// Warns that `retry_after(delay)` is taken as a retry on a table without the column.
-pub(crate) fn no_retry_after(table: &str, delay: std::time::Duration) {
-    tracing::warn!("table `{table}` has no retry_after column: retry_after({delay:?}) is a retry");
+    /// The delivery's transaction is held elsewhere (a delivery that escaped its handler).
+    fn held(&self, id: i64) -> Error {
+        Error::TransactionHeld {
+            queue: self.checked.queue.to_string(),
+            id,
+        }
+    }
 }

@@ -4,18 +4,21 @@
 //! is gated by a `where` bound on one of the sealed traits here, whose compile error names the
 //! call that is missing. You never name these types unless you write a queue's full type out.
 
-use std::marker::PhantomData;
 use std::time::Duration;
 
-use crate::backend::Backend;
-use crate::queue::config::{Form, QueueConfig};
-use crate::runner::Launch;
+use crate::config::FormKind;
+use crate::delivery::Mode;
 use crate::table::DeadLetter;
 
 pub(crate) mod sealed {
     pub trait Sealed {}
 }
 use sealed::Sealed;
+
+pub use crate::delivery::{Plain, Transactional};
+#[cfg(feature = "json")]
+pub use crate::handler::HandlesJson;
+pub use crate::handler::{Handles, HandlesBatches, HandlesRows};
 
 // ---- claim form ------------------------------------------------------------------------------
 
@@ -59,24 +62,25 @@ impl NoFormYet for NoForm {}
 )]
 pub trait ClaimForm: Sealed {
     #[doc(hidden)]
-    fn into_form(self) -> Form;
+    #[allow(private_interfaces)]
+    fn into_form(self) -> FormKind;
 }
 impl ClaimForm for RowLock {
-    fn into_form(self) -> Form {
-        Form::RowLock
+    fn into_form(self) -> FormKind {
+        FormKind::RowLock
     }
 }
 impl ClaimForm for Lease {
-    fn into_form(self) -> Form {
-        Form::Lease {
+    fn into_form(self) -> FormKind {
+        FormKind::Lease {
             column: self.column,
             duration: self.duration,
         }
     }
 }
 impl ClaimForm for AdvisoryLock {
-    fn into_form(self) -> Form {
-        Form::Advisory
+    fn into_form(self) -> FormKind {
+        FormKind::Advisory
     }
 }
 
@@ -209,53 +213,20 @@ impl HasMaxAttempts for MaxAttempts {
 )]
 pub trait CapComplete: Sealed {
     #[doc(hidden)]
-    fn into_cap(self) -> (Option<u32>, Option<DeadLetter>);
+    fn into_cap(self) -> Option<(u32, DeadLetter)>;
 }
 impl CapComplete for NoCap {
-    fn into_cap(self) -> (Option<u32>, Option<DeadLetter>) {
-        (None, None)
+    fn into_cap(self) -> Option<(u32, DeadLetter)> {
+        None
     }
 }
 impl CapComplete for DeadLettered {
-    fn into_cap(self) -> (Option<u32>, Option<DeadLetter>) {
-        (Some(self.max_attempts), Some(self.to))
+    fn into_cap(self) -> Option<(u32, DeadLetter)> {
+        Some((self.max_attempts, self.to))
     }
 }
 
-// ---- mode ------------------------------------------------------------------------------------
-
-/// The default mode: the handler gets the row, not the transaction.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Plain;
-
-/// Transactional mode: the handler writes through its delivery's transaction, which commits
-/// with the acknowledgement or not at all.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Transactional;
-
-impl Sealed for Plain {}
-impl Sealed for Transactional {}
-
-/// A delivery mode: [`Plain`] or [`Transactional`].
-pub trait Mode: Sealed + Send + Sync + 'static {
-    #[doc(hidden)]
-    const TRANSACTIONAL: bool;
-}
-impl Mode for Plain {
-    const TRANSACTIONAL: bool = false;
-}
-impl Mode for Transactional {
-    const TRANSACTIONAL: bool = true;
-}
-
-/// A queue whose deliveries carry their transaction.
-#[diagnostic::on_unimplemented(
-    message = "`tx()` needs a transactional queue",
-    label = "this delivery's queue has no transaction to lend",
-    note = "add `.transactional()` to the queue, and take `Delivery<DB, Transactional>` in the handler"
-)]
-pub trait TransactionalMode: Mode {}
-impl TransactionalMode for Transactional {}
+// ---- mode ----------------------------------------------------------------------------------
 
 /// A transactional queue (for its transactions' settings).
 #[diagnostic::on_unimplemented(
@@ -334,65 +305,7 @@ impl BatchedDeliveries for Batched {}
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoHandler;
 
-/// A handler of single deliveries from a `DB` database.
-pub struct Handler<DB, H> {
-    pub(crate) f: H,
-    pub(crate) db: PhantomData<fn() -> DB>,
-}
-
-/// A handler of batches from a `DB` database.
-pub struct BatchHandler<DB, H> {
-    pub(crate) f: H,
-    pub(crate) db: PhantomData<fn() -> DB>,
-}
-
-/// A handler of single deliveries whose payload is decoded from JSON into `T` first.
-#[cfg(feature = "json")]
-pub struct JsonHandler<DB, T, H> {
-    pub(crate) f: H,
-    pub(crate) types: PhantomData<fn() -> (DB, T)>,
-}
-
-#[cfg(feature = "json")]
-impl<DB, T, H> std::fmt::Debug for JsonHandler<DB, T, H> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("JsonHandler")
-    }
-}
-
-#[cfg(feature = "json")]
-impl<DB, T, H> Sealed for JsonHandler<DB, T, H> {}
-
-/// A handler of single deliveries that receives the whole row as the service's own
-/// [`sqlx::FromRow`] type `T` (row mode).
-pub struct RowHandler<DB, T, H> {
-    pub(crate) f: H,
-    pub(crate) types: PhantomData<fn() -> (DB, T)>,
-}
-
-impl<DB, T, H> std::fmt::Debug for RowHandler<DB, T, H> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RowHandler")
-    }
-}
-
-impl<DB, T, H> Sealed for RowHandler<DB, T, H> {}
-
-impl<DB, H> std::fmt::Debug for Handler<DB, H> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Handler")
-    }
-}
-
-impl<DB, H> std::fmt::Debug for BatchHandler<DB, H> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("BatchHandler")
-    }
-}
-
 impl Sealed for NoHandler {}
-impl<DB, H> Sealed for Handler<DB, H> {}
-impl<DB, H> Sealed for BatchHandler<DB, H> {}
 
 /// A queue whose handler is not set yet.
 #[diagnostic::on_unimplemented(
@@ -401,14 +314,3 @@ impl<DB, H> Sealed for BatchHandler<DB, H> {}
 )]
 pub trait NoHandlerYet: Sealed {}
 impl NoHandlerYet for NoHandler {}
-
-/// A queue whose handler takes deliveries from a `DB` database in mode `M`.
-#[diagnostic::on_unimplemented(
-    message = "the queue has no handler for a `{DB}` runner",
-    label = "call `.handler(f)` (or `.batch(n).batch_handler(f)`) with a handler that takes \
-             `Delivery<{DB}, ..>` before mounting"
-)]
-pub trait HasHandler<DB: Backend, M: Mode>: Sealed {
-    #[doc(hidden)]
-    fn into_launch(self, config: QueueConfig) -> Box<dyn Launch<DB>>;
-}

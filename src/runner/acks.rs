@@ -1,33 +1,33 @@
-//! Batched acknowledgements (the lease form): deliveries that end in ack or drop hand their row
-//! to one task per queue, which settles every row waiting with one statement, each row still
-//! guarded by its own token. A flush starts as soon as the previous one ended, with what queued
-//! meanwhile (up to 64 rows): nothing waits for a timer, and under load the statements grow.
+//! Grouped acks (the forms that settle many in one statement: the lease form): deliveries of a
+//! plain queue that end in ack or drop hand their row to one task per queue, which settles every
+//! row waiting together ([`Form::settle_many`]), each row still guarded by its own hold. A flush
+//! starts as soon as the previous one ended, with what queued meanwhile (up to 64 rows): nothing
+//! waits for a timer, and under load the statements grow.
 
 use std::sync::Weak;
 
-use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 
-use super::QueueRuntime;
+use super::queue::Live;
 use crate::backend::Backend;
 use crate::delivery::Outcome;
 use crate::dialect::MAX_FINISH;
 use crate::error::{Error, Result};
-use crate::form::FormRuntime;
+use crate::form::Form;
 
-/// One row to acknowledge, and where to say how it went.
+/// One row to settle, and where to say how it went.
 #[derive(Debug)]
-pub(crate) struct Ack {
-    pub(crate) id: i64,
-    pub(crate) token: DateTime<Utc>,
-    pub(crate) outcome: Outcome,
-    pub(crate) reply: oneshot::Sender<Result<()>>,
+pub(super) struct Ack<H> {
+    id: i64,
+    hold: H,
+    outcome: Outcome,
+    reply: oneshot::Sender<Result<()>>,
 }
 
 /// Settles what the queue's deliveries send, until they are all gone.
-pub(crate) async fn run<DB: Backend>(
-    q: Weak<QueueRuntime<DB>>,
-    mut acks: mpsc::UnboundedReceiver<Ack>,
+pub(super) async fn run<DB: Backend, F: Form<DB>>(
+    q: Weak<Live<DB, F>>,
+    mut acks: mpsc::UnboundedReceiver<Ack<F::Hold>>,
 ) {
     let mut waiting = Vec::with_capacity(MAX_FINISH);
     while let Some(first) = acks.recv().await {
@@ -39,56 +39,35 @@ pub(crate) async fn run<DB: Backend>(
             }
         }
         let Some(q) = q.upgrade() else { return };
-        let FormRuntime::Lease(lease) = &q.form else {
-            unreachable!("acknowledgements are batched in the lease form only");
-        };
-        let items: Vec<(i64, DateTime<Utc>)> =
-            waiting.iter().map(|ack| (ack.id, ack.token)).collect();
-        match lease.finish_many(&q.conns, &items).await {
-            Ok(settled) => {
-                for (ack, settled) in waiting.drain(..).zip(settled) {
-                    // A row that no longer carried its token is a lost lease, reported alone.
-                    let result = if settled {
-                        Ok(())
-                    } else {
-                        Err(lease.lost(ack.id))
-                    };
-                    let _ = ack.reply.send(result);
-                }
-            }
-            Err(error) => {
-                // Each row again on its own, so each gets its own answer.
-                tracing::warn!(%error, rows = waiting.len(), "batched acknowledgement failed");
-                for ack in waiting.drain(..) {
-                    let settled = lease
-                        .settle(&q.conns, ack.id, ack.token, ack.outcome, None)
-                        .await;
-                    let _ = ack.reply.send(settled);
-                }
-            }
+        let (rows, replies): (Vec<_>, Vec<_>) = waiting
+            .drain(..)
+            .map(|ack| ((ack.id, ack.hold, ack.outcome), ack.reply))
+            .unzip();
+        let settled = q.form.settle_many(&q.conns, rows).await;
+        for (reply, settled) in replies.into_iter().zip(settled) {
+            let _ = reply.send(settled);
         }
     }
 }
 
-/// Sends a row to the batcher and waits for its settlement.
-pub(crate) async fn acknowledge(
-    acks: &mpsc::UnboundedSender<Ack>,
+/// Sends a row to the queue's ack task and waits for its settlement.
+pub(super) async fn settle<H>(
+    acks: &mpsc::UnboundedSender<Ack<H>>,
+    queue: &str,
     id: i64,
-    token: DateTime<Utc>,
+    hold: H,
     outcome: Outcome,
-) -> Option<Result<()>> {
+) -> Result<()> {
     let (reply, settled) = oneshot::channel();
+    let stopped = || Error::Stopped {
+        queue: queue.to_owned(),
+    };
     acks.send(Ack {
         id,
-        token,
+        hold,
         outcome,
         reply,
     })
-    .ok()?;
-    Some(settled.await.unwrap_or_else(|_| {
-        Err(Error::declaration(
-            "acknowledgements",
-            "the acknowledgement task ended before settling the row",
-        ))
-    }))
+    .map_err(|_| stopped())?;
+    settled.await.unwrap_or_else(|_| Err(stopped()))
 }

@@ -1,22 +1,24 @@
-//! A queue's claim loop: claims as many rows as it has free workers, in one round trip, and
-//! hands each to a delivery task.
+//! A queue of single deliveries: its claim loops, and how they pace themselves.
+//!
+//! The lease form claims for every free worker in one statement, from one loop; the forms that
+//! hold a connection per delivery run one loop per worker — claim a row, deliver it, claim again
+//! — so no worker waits for another's claim, and a worker that found a row wakes an idle sibling
+//! so a backlog spreads at once.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
-
-use std::sync::atomic::AtomicUsize;
 
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::deliver::deliver;
-use super::launch::CallHandler;
-use super::{Counters, QueueReport, QueueRuntime};
+use super::queue::Live;
+use super::stats::{Counters, QueueReport};
 use crate::backend::Backend;
-use crate::backend::is_row_error;
-use crate::form::{ClaimFailed, FormRuntime};
-use crate::queue::state::Mode;
+use crate::form::lease::MAX_CLAIM;
+use crate::form::{ClaimFailed, Form};
+use crate::handler::CallOne;
 
 /// After a wake-up finds nothing (the enqueue's transaction had not committed yet), the queue
 /// looks again after these delays before falling back to its poll interval.
@@ -26,9 +28,6 @@ const RECHECKS: [Duration; 4] = [
     Duration::from_millis(50),
     Duration::from_millis(250),
 ];
-
-/// The most rows one claim takes.
-pub(crate) const MAX_CLAIM: usize = 1000;
 
 /// What a claim loop waits for between claims: after a failed claim, a back-off (50 ms doubling
 /// to 5 s); after a claim that did not fill its workers, a wake-up, a recheck or the poll.
@@ -65,13 +64,12 @@ impl Pace {
     /// After a failed claim: a claim that failed for a reason of one row's own holds that row
     /// back and goes on at once; any other failure waits (a back-off). `false` when the runner
     /// stops meanwhile.
-    pub(super) async fn failed<DB: Backend>(
+    pub(super) async fn failed<DB: Backend, F: Form<DB>>(
         &mut self,
-        q: &QueueRuntime<DB>,
+        q: &Live<DB, F>,
         failed: ClaimFailed,
     ) -> bool {
-        let error = &failed.error;
-        if is_row_error(error) && self.isolated < Self::MAX_ISOLATED {
+        if failed.is_row_error() && self.isolated < Self::MAX_ISOLATED {
             let row = match failed.row {
                 Some(id) => Some(id),
                 None => q
@@ -83,28 +81,30 @@ impl Pace {
             };
             if let Some(id) = row {
                 self.isolated += 1;
-                q.quarantine.hold_back(&q.label, id, "its claim", error);
-                return !q.stop.is_cancelled();
+                q.quarantine
+                    .hold_back(&q.label, id, "its claim", &failed.error);
+                return !q.stopping();
             }
         }
         q.conns.clear();
         let wait = self.backoff;
         self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);
+        let error = &failed.error;
         tracing::warn!(queue = %q.label, %error, ?wait, "claim failed; retrying");
         tokio::select! {
             biased;
-            () = q.stop.cancelled() => false,
+            () = q.shared.stop.cancelled() => false,
             () = tokio::time::sleep(wait) => true,
         }
     }
 
     /// After a claim: goes on at once when it filled every worker it could (there may be more),
-    /// else waits for a wake-up, a recheck or the poll. `idle`: nothing of the queue is in work,
-    /// so a wait for the poll gives the kept connections back to the pool. `false` when the
-    /// runner stops meanwhile.
-    pub(super) async fn claimed<DB: Backend>(
+    /// else waits for a wake-up, a settlement, a recheck or the poll. `idle`: nothing of the
+    /// queue is in work, so a wait for the poll gives the kept connections back to the pool.
+    /// `false` when the runner stops meanwhile.
+    pub(super) async fn claimed<DB: Backend, F: Form<DB>>(
         &mut self,
-        q: &QueueRuntime<DB>,
+        q: &Live<DB, F>,
         full: bool,
         idle: bool,
     ) -> bool {
@@ -125,7 +125,7 @@ impl Pace {
                 if idle {
                     q.conns.clear();
                 }
-                q.poll_interval
+                q.shared.poll_interval
             }
         };
         let siblings = async {
@@ -136,7 +136,7 @@ impl Pace {
         };
         tokio::select! {
             biased;
-            () = q.stop.cancelled() => false,
+            () = q.shared.stop.cancelled() => false,
             () = q.wake.notified() => {
                 self.recheck = Some(0);
                 true
@@ -154,25 +154,37 @@ impl Pace {
     }
 }
 
-pub(super) async fn run<DB, M, H>(q: Arc<QueueRuntime<DB>>, handler: Arc<H>) -> QueueReport
+/// Runs a queue of single deliveries until the runner stops, and reports what it released.
+pub(super) async fn run<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>) -> QueueReport
 where
     DB: Backend,
-    M: Mode,
-    H: CallHandler<DB, M>,
+    F: Form<DB>,
+    H: CallOne<DB>,
 {
-    if !matches!(q.form, FormRuntime::Lease(_)) {
-        return run_workers::<DB, M, H>(q, handler).await;
+    if F::ONE_CLAIM {
+        one_claim_for_all(q, handler).await
+    } else {
+        a_claim_per_worker(q, handler).await
     }
+}
+
+/// The lease form: one claim fills every free worker.
+async fn one_claim_for_all<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>) -> QueueReport
+where
+    DB: Backend,
+    F: Form<DB>,
+    H: CallOne<DB>,
+{
     let workers = Arc::new(Semaphore::new(q.workers));
     let deliveries = TaskTracker::new();
     let mut pace = Pace::default();
-    let mut report = QueueReport::default();
+    let mut released = 0;
 
     loop {
         // Wait for one free worker, then take every other free one: one claim fills them all.
         let mut permits = tokio::select! {
             biased;
-            () = q.stop.cancelled() => break,
+            () = q.shared.stop.cancelled() => break,
             permit = Arc::clone(&workers).acquire_many_owned(1) => {
                 permit.expect("the semaphore is never closed")
             }
@@ -186,7 +198,7 @@ where
         // A claim in flight is never cancelled: its rows would stay claimed until their lease
         // expired. It is awaited, and its rows released if the runner stopped meanwhile.
         let excluded = q.quarantine.excluded();
-        let claimed = match q.form.claim(&q.conns, want, &excluded).await {
+        let claimed = match q.form.claim(&q.conns, want, (0, q.workers), &excluded).await {
             Ok(claimed) => claimed,
             Err(failed) => {
                 drop(permits);
@@ -197,25 +209,21 @@ where
             }
         };
         let got = claimed.len();
-        Counters::add(&q.stats.claimed, got as u64);
+        Counters::add(&q.stats().claimed, got as u64);
 
-        if q.stop.is_cancelled() {
+        if q.stopping() {
             for (row, hold) in claimed {
-                if q.form.release(&q.conns, row.id, hold).await {
-                    report.released += 1;
-                    Counters::add(&q.stats.released, 1);
-                    q.note_unlock();
-                }
+                released += release(&q, row.id, hold).await;
             }
             break;
         }
         for (row, hold) in claimed {
             let permit = permits.split(1).expect("one permit per claimed row");
             let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
-            q.stats.in_work.fetch_add(1, Ordering::Relaxed);
+            q.stats().in_work.fetch_add(1, Ordering::Relaxed);
             deliveries.spawn(async move {
-                deliver::<DB, M, H>(&q, &*handler, row, hold).await;
-                q.stats.in_work.fetch_sub(1, Ordering::Relaxed);
+                deliver(&q, &*handler, row, hold).await;
+                q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
                 drop(permit);
             });
         }
@@ -228,22 +236,15 @@ where
 
     deliveries.close();
     deliveries.wait().await;
-    report.cancelled = q.cancelled.load(Ordering::Relaxed);
-    report.released += q.cancelled_released.load(Ordering::Relaxed);
-    report.unreleased = q.cancelled_unreleased.load(Ordering::Relaxed);
-    report.keys_released = q.unlocked_after_stop.load(Ordering::Relaxed);
-    report
+    q.report(released)
 }
 
-/// The forms that hold a connection per delivery claim one row per worker: each worker is a
-/// loop of its own — claim, deliver, claim again — so a worker never waits for another's claim.
-/// A worker that finds a row wakes one idle sibling, so a backlog spreads across the workers at
-/// once; a worker that finds none waits for a wake-up, a recheck or the poll.
-async fn run_workers<DB, M, H>(q: Arc<QueueRuntime<DB>>, handler: Arc<H>) -> QueueReport
+/// The forms that hold a connection per delivery: a loop per worker.
+async fn a_claim_per_worker<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>) -> QueueReport
 where
     DB: Backend,
-    M: Mode,
-    H: CallHandler<DB, M>,
+    F: Form<DB>,
+    H: CallOne<DB>,
 {
     let siblings = Arc::new(Notify::new());
     let busy = Arc::new(AtomicUsize::new(0));
@@ -257,14 +258,11 @@ where
                 ..Pace::default()
             };
             let mut released = 0;
-            loop {
-                if q.stop.is_cancelled() {
-                    break;
-                }
+            while !q.stopping() {
                 // A claim in flight is awaited, and its row released if the runner stopped.
                 let excluded = q.quarantine.excluded();
-                let claimed = q.form.claim_one(&q.conns, index, q.workers, &excluded);
-                let (row, hold) = match claimed.await {
+                let claimed = q.form.claim(&q.conns, 1, (index, q.workers), &excluded);
+                let (row, hold) = match claimed.await.map(|mut rows| rows.pop()) {
                     Ok(Some(claimed)) => claimed,
                     Ok(None) => {
                         let idle = busy.load(Ordering::Relaxed) == 0;
@@ -280,20 +278,16 @@ where
                         break;
                     }
                 };
-                Counters::add(&q.stats.claimed, 1);
-                if q.stop.is_cancelled() {
-                    if q.form.release(&q.conns, row.id, hold).await {
-                        released += 1;
-                        Counters::add(&q.stats.released, 1);
-                        q.note_unlock();
-                    }
+                Counters::add(&q.stats().claimed, 1);
+                if q.stopping() {
+                    released += release(&q, row.id, hold).await;
                     break;
                 }
                 siblings.notify_one();
                 busy.fetch_add(1, Ordering::Relaxed);
-                q.stats.in_work.fetch_add(1, Ordering::Relaxed);
-                deliver::<DB, M, H>(&q, &*handler, row, hold).await;
-                q.stats.in_work.fetch_sub(1, Ordering::Relaxed);
+                q.stats().in_work.fetch_add(1, Ordering::Relaxed);
+                deliver(&q, &*handler, row, hold).await;
+                q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
                 busy.fetch_sub(1, Ordering::Relaxed);
                 // Found one: look again at once.
                 pace.claimed(&q, true, false).await;
@@ -306,14 +300,23 @@ where
         match worker {
             Ok(n) => released += n,
             Err(error) => {
-                tracing::error!(queue = %q.label, %error, "a worker loop ended abnormally")
+                tracing::error!(queue = %q.label, %error, "a worker loop ended abnormally");
             }
         }
     }
-    QueueReport {
-        cancelled: q.cancelled.load(Ordering::Relaxed),
-        released: released + q.cancelled_released.load(Ordering::Relaxed),
-        unreleased: q.cancelled_unreleased.load(Ordering::Relaxed),
-        keys_released: q.unlocked_after_stop.load(Ordering::Relaxed),
+    q.report(released)
+}
+
+/// Releases a row claimed but not started (the runner stopped meanwhile): 1 when it was.
+pub(super) async fn release<DB: Backend, F: Form<DB>>(
+    q: &Live<DB, F>,
+    id: i64,
+    hold: F::Hold,
+) -> u64 {
+    if !q.form.release(&q.conns, id, hold).await {
+        return 0;
     }
+    Counters::add(&q.stats().released, 1);
+    q.note_unlock();
+    1
 }

@@ -1,36 +1,39 @@
 //! The runner: the small executor that claims rows, runs handlers and settles deliveries.
+//!
+//! One delivery reads top to bottom: [`claim`] (a claim loop takes rows through its queue's
+//! [`Form`](crate::form::Form)) → [`deliver`] (lend, call the handler while [`keeper`] keeps its
+//! hold, take back) → [`policy`] (the outcome) → the form's settlement. Batches go [`batch`] →
+//! [`policy`] → the form's batch settlement.
 
 mod acks;
 mod batch;
 mod claim;
-mod dead_table;
 mod deliver;
+mod keeper;
 mod launch;
-#[cfg(feature = "postgres")]
-pub(crate) mod notify;
+mod notify;
+mod policy;
 mod quarantine;
-pub(crate) mod schema;
-pub(crate) mod wake;
+mod queue;
+mod stats;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqlx::Pool;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::Backend;
-use crate::error::Result;
-use crate::form::Clock;
-use crate::queue::Queue;
-use crate::queue::config::Form;
-use crate::queue::state::{
-    AttemptState, BatchState, CapComplete, ClaimForm, FormOn, HasHandler, Mode,
-};
-pub(crate) use launch::Launch;
-pub(crate) use launch::QueueRuntime;
+use crate::backend::{Backend, Clock};
+use crate::config::{FormKind, Mount, QueueConfig};
+use crate::error::{Error, Result};
+use crate::form::{self, Identity};
+use launch::Launch;
+use queue::Shared;
+pub use stats::{ShutdownReport, Stats};
+use stats::{Counters, QueueReport};
 
 /// How often an idle queue looks for rows when nothing wakes it (default).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -65,7 +68,9 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 #[must_use = "a runner does nothing until it is started"]
 pub struct Runner<DB: Backend> {
     pool: Pool<DB>,
-    queues: Vec<Box<dyn Launch<DB>>>,
+    queues: Vec<(QueueConfig, Box<dyn Launch<DB>>)>,
+    /// The first declaration that cannot work, found when its queue was mounted.
+    refused: Option<Error>,
     poll_interval: Duration,
     shutdown_timeout: Duration,
 }
@@ -76,6 +81,7 @@ impl<DB: Backend> Runner<DB> {
         Runner {
             pool,
             queues: Vec::new(),
+            refused: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
         }
@@ -102,20 +108,17 @@ impl<DB: Backend> Runner<DB> {
         self
     }
 
-    /// Mounts a queue. The queue must have one claim form the database has, a handler taking
-    /// this database's deliveries, and a dead letter if it has `max_attempts`; anything else
-    /// does not compile.
-    pub fn mount<F, A, C, M, B, H>(mut self, queue: Queue<F, A, C, M, B, H>) -> Self
-    where
-        F: ClaimForm + FormOn<DB>,
-        A: AttemptState,
-        C: CapComplete,
-        M: Mode,
-        B: BatchState,
-        H: HasHandler<DB, M>,
-    {
+    /// Mounts a queue: a [`Queue`](crate::Queue) with one claim form the database has, a
+    /// handler taking this database's deliveries, and a dead letter if it has `max_attempts`;
+    /// anything else does not compile. A declaration that cannot work on this database (say
+    /// `.listen_notify()` off PostgreSQL) is refused by [`start`](Runner::start).
+    pub fn mount(mut self, queue: impl Mount<DB>) -> Self {
         let (config, handler) = queue.into_parts();
-        self.queues.push(handler.into_launch(config));
+        if let (None, Err(error)) = (&self.refused, config.check(DB::DIALECT)) {
+            self.refused = Some(error);
+        }
+        let launch = launch::launch(&config.form, handler);
+        self.queues.push((config, launch));
         self
     }
 
@@ -127,94 +130,131 @@ impl<DB: Backend> Runner<DB> {
     ///
     /// # Errors
     ///
-    /// [`Error::Schema`], [`Error::Declaration`] (a declaration this version cannot run),
-    /// [`Error::Identifier`] (a name that cannot be quoted), [`Error::ServerTooOld`], or
-    /// [`Error::Database`] when the database cannot be reached.
-    ///
-    /// [`Error::Schema`]: crate::Error::Schema
-    /// [`Error::Declaration`]: crate::Error::Declaration
-    /// [`Error::Identifier`]: crate::Error::Identifier
-    /// [`Error::ServerTooOld`]: crate::Error::ServerTooOld
-    /// [`Error::Database`]: crate::Error::Database
+    /// [`Error::Schema`], [`Error::Declaration`] (a declaration that cannot work),
+    /// [`Error::Unsupported`] (a declaration this database does not support),
+    /// [`Error::PoolTooSmall`], [`Error::Identifier`] (a name that cannot be quoted),
+    /// [`Error::ServerTooOld`], or [`Error::Database`] when the database cannot be reached.
     pub async fn start(self) -> Result<Running> {
-        let configs: Vec<_> = self.queues.iter().map(|launch| launch.config()).collect();
-        schema::check_together(&self.pool, &configs)?;
+        if let Some(error) = self.refused {
+            return Err(error);
+        }
+        check_pool(&self.pool, &self.queues)?;
         let clock = Clock::default();
-        let server = schema::measure_clock(&self.pool, &clock).await?;
-        let stop = CancellationToken::new();
-        let abort = CancellationToken::new();
-        let stats = Arc::new(Counters::default());
-        let mut prepared = Vec::with_capacity(self.queues.len());
-        let mut identities = Vec::with_capacity(self.queues.len());
-        for launch in self.queues {
-            let (form, identity) =
-                schema::prepare(&self.pool, launch.config(), clock.clone(), server).await?;
-            prepared.push((launch, form));
-            identities.push(identity);
+        let server = form::measure_server(&self.pool, &clock).await?;
+        let mut ready = Vec::with_capacity(self.queues.len());
+        for (config, launch) in self.queues {
+            let (identity, spawn) = launch
+                .prepare(&self.pool, &config, clock.clone(), server)
+                .await?;
+            ready.push((config, identity, spawn));
         }
-        let advisory: Vec<(&str, &schema::Identity)> = prepared
+        let advisory: Vec<(&str, &Identity)> = ready
             .iter()
-            .zip(&identities)
-            .filter(|((launch, _), _)| matches!(launch.config().form, Form::Advisory))
-            .map(|((launch, _), identity)| (launch.config().label(), identity))
+            .filter(|(config, _, _)| config.form == FormKind::Advisory)
+            .map(|(config, identity, _)| (config.label(), identity))
             .collect();
-        if DB::DIALECT == crate::dialect::Dialect::Postgres {
-            schema::check_classes(&advisory)?;
+        if DB::DIALECT == crate::table::Dialect::Postgres {
+            check_classes(&advisory)?;
         }
-        let mut channels: Vec<(String, String)> = prepared
+
+        let shared = Shared {
+            pool: self.pool.clone(),
+            poll_interval: self.poll_interval,
+            stop: CancellationToken::new(),
+            abort: CancellationToken::new(),
+            stats: Arc::new(Counters::default()),
+        };
+        let mut background = Vec::new();
+        let mut channels: Vec<(String, String)> = ready
             .iter()
-            .zip(&identities)
-            .filter(|((launch, _), _)| launch.config().listen_notify)
-            .filter_map(|((launch, _), identity)| {
-                let channel = identity.channel.clone()?;
-                Some((channel, launch.config().table.name.clone()))
+            .filter(|(config, _, _)| config.listen_notify)
+            .filter_map(|(config, identity, _)| {
+                Some((identity.channel.clone()?, config.table.name.clone()))
             })
             .collect();
         channels.sort();
         channels.dedup();
-        let listener = if channels.is_empty() {
-            None
-        } else {
-            DB::listen(&self.pool, channels, stop.clone()).await?
-        };
-        let tasks: Vec<_> = prepared
+        if !channels.is_empty() {
+            let names = channels.iter().map(|(channel, _)| channel.clone()).collect();
+            if let Some(listener) = DB::listen(&self.pool, names).await? {
+                let stop = shared.stop.clone();
+                background.push(tokio::spawn(notify::relay(listener, channels, stop)));
+            }
+        }
+        let tasks = ready
             .into_iter()
-            .map(|(launch, form)| {
-                let runtime = QueueRuntime::new(
-                    self.pool.clone(),
-                    launch.config(),
-                    form,
-                    self.poll_interval,
-                    server,
-                    stop.clone(),
-                    abort.clone(),
-                    Arc::clone(&stats),
-                );
-                launch.spawn(runtime)
-            })
+            .map(|(config, _, spawn)| spawn.spawn(&config, shared.clone()))
             .collect();
-        let clock_task = server.own_clock.then(|| {
-            let (pool, stop) = (self.pool.clone(), stop.clone());
-            tokio::spawn(async move {
+        if server.own_clock {
+            let (pool, stop) = (self.pool.clone(), shared.stop.clone());
+            background.push(tokio::spawn(async move {
                 loop {
                     tokio::select! {
                         () = tokio::time::sleep(CLOCK_INTERVAL) => {}
                         () = stop.cancelled() => return,
                     }
-                    if let Err(error) = schema::measure_clock(&pool, &clock).await {
+                    if let Err(error) = form::measure_server(&pool, &clock).await {
                         tracing::debug!(%error, "could not measure the server's clock");
                     }
                 }
-            })
-        });
+            }));
+        }
         Ok(Running {
-            background: clock_task.into_iter().chain(listener).collect(),
-            stop,
-            abort,
+            background,
+            stop: shared.stop,
+            abort: shared.abort,
+            stats: shared.stats,
             tasks,
-            stats,
             shutdown_timeout: self.shutdown_timeout,
         })
+    }
+}
+
+/// Refuses a pool too small for the mounted queues: the forms that hold a pooled connection per
+/// delivery in work, and transactional queues, need one per worker, and the runner one more for
+/// claims and settlements.
+fn check_pool<DB: Backend, L>(pool: &Pool<DB>, queues: &[(QueueConfig, L)]) -> Result<()> {
+    let holding: Vec<&QueueConfig> = queues
+        .iter()
+        .map(|(config, _)| config)
+        .filter(|config| config.holds_connections())
+        .collect();
+    let held: usize = holding.iter().map(|config| config.workers).sum();
+    let max = pool.options().get_max_connections();
+    let held = u32::try_from(held).unwrap_or(u32::MAX);
+    if held > 0 && held.saturating_add(1) > max {
+        let queues: Vec<&str> = holding.iter().map(|config| config.label()).collect();
+        return Err(Error::PoolTooSmall {
+            queues: queues.join(", "),
+            held,
+            needed: held + 1,
+            max,
+        });
+    }
+    Ok(())
+}
+
+/// Refuses advisory queues on two tables whose PostgreSQL key classes collide (`queues`: each
+/// advisory queue's label and table identity).
+fn check_classes(queues: &[(&str, &Identity)]) -> Result<()> {
+    let mut classes: Vec<(u32, &str, &str)> = queues
+        .iter()
+        .map(|(label, identity)| {
+            let class = form::advisory::fnv1a_32(&identity.key);
+            (class, identity.key.as_str(), *label)
+        })
+        .collect();
+    classes.sort_unstable();
+    classes.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    match classes.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        Some(pair) => Err(Error::declaration(
+            pair[1].2,
+            format!(
+                "the advisory keys of tables `{}` and `{}` share a class; rename one",
+                pair[0].1, pair[1].1
+            ),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -275,18 +315,11 @@ impl Running {
             abort.cancel();
         });
         for task in tasks {
-            let queue = match task.await {
-                Ok(queue) => queue,
-                Err(error) => {
-                    // A queue task that panicked has nothing left to release.
-                    tracing::error!(%error, "a queue's task failed");
-                    continue;
-                }
-            };
-            report.cancelled += queue.cancelled;
-            report.released += queue.released;
-            report.unreleased += queue.unreleased;
-            report.keys_released += queue.keys_released;
+            match task.await {
+                Ok(queue) => report.add(&queue),
+                // A queue task that panicked has nothing left to release.
+                Err(error) => tracing::error!(%error, "a queue's task failed"),
+            }
         }
         deadline.abort();
         Ok(report)
@@ -308,93 +341,5 @@ impl fmt::Debug for Running {
             .field("queues", &self.tasks.len())
             .field("stats", &self.stats())
             .finish_non_exhaustive()
-    }
-}
-
-/// What [`Running::shutdown`] found and did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ShutdownReport {
-    /// Deliveries in work when `shutdown` was called (finished and settled, unless cancelled).
-    pub in_work: u64,
-    /// Handlers cancelled at the shutdown timeout.
-    pub cancelled: u64,
-    /// Rows released unsettled: claimed but not started, or cancelled.
-    pub released: u64,
-    /// Rows of cancelled handlers whose release could not be confirmed within the grace after
-    /// the timeout (a release blocked by another session's lock, a database that stopped
-    /// answering): each returns when its lease expires, or when the server ends its connection.
-    pub unreleased: u64,
-    /// Advisory keys released by the deliveries in work when shutdown began (settled or
-    /// cancelled): every key the runner held.
-    pub keys_released: u64,
-}
-
-/// What one queue's task reports when it ends.
-#[derive(Debug, Default)]
-pub struct QueueReport {
-    pub(crate) cancelled: u64,
-    pub(crate) released: u64,
-    pub(crate) unreleased: u64,
-    pub(crate) keys_released: u64,
-}
-
-/// Counts of what a runner has done, from [`Running::stats`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Rows claimed.
-    pub claimed: u64,
-    /// Deliveries settled by ack.
-    pub acked: u64,
-    /// Deliveries settled by drop.
-    pub dropped: u64,
-    /// Deliveries returned to the queue (retry and retry_after).
-    pub retried: u64,
-    /// Rows moved to their dead letter.
-    pub dead_lettered: u64,
-    /// Settlements that found their lease taken by a later claim.
-    pub lease_lost: u64,
-    /// Settlements that failed for another reason (the row is delivered again later).
-    pub failed: u64,
-    /// Handlers that panicked (their deliveries are retried).
-    pub panicked: u64,
-    /// Rows released unsettled (shutdown, cancellation).
-    pub released: u64,
-}
-
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    /// Deliveries in work now (a gauge).
-    pub(crate) in_work: AtomicU64,
-    pub(crate) claimed: AtomicU64,
-    pub(crate) acked: AtomicU64,
-    pub(crate) dropped: AtomicU64,
-    pub(crate) retried: AtomicU64,
-    pub(crate) dead_lettered: AtomicU64,
-    pub(crate) lease_lost: AtomicU64,
-    pub(crate) failed: AtomicU64,
-    pub(crate) panicked: AtomicU64,
-    pub(crate) released: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
-    }
-
-    fn snapshot(&self) -> Stats {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Stats {
-            claimed: get(&self.claimed),
-            acked: get(&self.acked),
-            dropped: get(&self.dropped),
-            retried: get(&self.retried),
-            dead_lettered: get(&self.dead_lettered),
-            lease_lost: get(&self.lease_lost),
-            failed: get(&self.failed),
-            panicked: get(&self.panicked),
-            released: get(&self.released),
-        }
     }
 }

@@ -3,22 +3,22 @@
 
 use std::time::Duration;
 
-use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 
-use super::wake;
+use crate::backend::Listener;
+use crate::enqueue::wake;
 
 /// Relays notifications to the in-process wake-ups until `stop`. A lost listening connection is
 /// re-established by the listener (which listens again on every channel); notifications sent
 /// meanwhile are lost, so every listening queue then looks once.
-pub(crate) async fn relay(
-    mut listener: PgListener,
+pub(super) async fn relay(
+    mut listener: Box<dyn Listener>,
     channels: Vec<(String, String)>,
     stop: CancellationToken,
 ) {
     let wake_all = || {
         for (_, table) in &channels {
-            wake::wake(table, None);
+            wake(table, None);
         }
     };
     let mut backoff = Duration::from_millis(50);
@@ -26,18 +26,18 @@ pub(crate) async fn relay(
         let received = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            received = listener.try_recv() => received,
+            received = listener.recv() => received,
         };
         match received {
-            Ok(Some(notification)) => {
+            Ok(Some((channel, payload))) => {
                 backoff = Duration::from_millis(50);
                 let table = channels
                     .iter()
-                    .find(|(channel, _)| channel == notification.channel())
+                    .find(|(listened, _)| *listened == channel)
                     .map(|(_, table)| table);
                 if let Some(table) = table {
-                    let group = Some(notification.payload()).filter(|group| !group.is_empty());
-                    wake::wake(table, group);
+                    let group = Some(payload.as_str()).filter(|group| !group.is_empty());
+                    wake(table, group);
                 }
             }
             Ok(None) => {

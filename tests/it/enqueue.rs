@@ -81,7 +81,7 @@ async fn enqueue_many_inserts_every_job_in_bulk() {
         })
         .collect();
     let too_many = jobs.enqueue_many(&ctx.pool, &batch).await;
-    assert!(matches!(too_many, Err(Error::Declaration { .. })), "{too_many:?}");
+    assert!(matches!(too_many, Err(Error::InvalidJob { .. })), "{too_many:?}");
     assert_eq!(ctx.count(&t, "1 = 1").await, 0, "nothing inserted");
     let batch = &batch[..10_000];
     let mut tx = ctx.pool.begin().await.unwrap();
@@ -145,13 +145,13 @@ async fn jobs_the_table_cannot_hold_are_refused() {
         })
         .await;
     let no_group = Table::new(&grouped).group("queue").enqueue(&ctx.pool, Job::new("x")).await;
-    assert!(matches!(no_group, Err(Error::Declaration { .. })), "{no_group:?}");
+    assert!(matches!(no_group, Err(Error::InvalidJob { .. })), "{no_group:?}");
     let stray_group = Table::new(&plain).enqueue(&ctx.pool, Job::new("x").group("g")).await;
-    assert!(matches!(stray_group, Err(Error::Declaration { .. })), "{stray_group:?}");
+    assert!(matches!(stray_group, Err(Error::InvalidJob { .. })), "{stray_group:?}");
     let delay = Table::new(&plain)
         .enqueue(&ctx.pool, Job::new("x").delay(Duration::from_secs(1)))
         .await;
-    assert!(matches!(delay, Err(Error::Declaration { .. })), "{delay:?}");
+    assert!(matches!(delay, Err(Error::InvalidJob { .. })), "{delay:?}");
     assert_eq!(ctx.count(&grouped, "1 = 1").await + ctx.count(&plain, "1 = 1").await, 0);
     ctx.drop_tables().await;
 }

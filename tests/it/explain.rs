@@ -48,16 +48,13 @@ async fn the_claim_uses_the_readme_index_on_a_large_table() {
     .await;
 
     let table = table.processed_at("processed_at");
-    let statements = sqlx_queue::private::statements_of(
-        <Db as TestDb>::LABEL,
-        &table,
-        Some("signups"),
-        "lease",
-        Some("attempt"),
-        8,
-    )
-    .unwrap();
-    let claim = statements.iter().find(|s| s.role == "claim").unwrap();
+    use sqlx_queue::internals::{Database, Param, lease_claim};
+    let database = match <Db as TestDb>::LABEL {
+        "postgres" => Database::Postgres,
+        "mysql" => Database::MySql,
+        _ => Database::Sqlite,
+    };
+    let claim = lease_claim(database, &table, Some("signups"), Some("attempt")).unwrap();
     let explain = match <Db as TestDb>::LABEL {
         "sqlite" => format!("EXPLAIN QUERY PLAN {}", claim.sql),
         _ => format!("EXPLAIN {}", claim.sql),
@@ -65,9 +62,9 @@ async fn the_claim_uses_the_readme_index_on_a_large_table() {
     let now = chrono::Utc::now();
     let mut query = sqlx::query::<Db>(sqlx::AssertSqlSafe(explain));
     for param in &claim.params {
-        query = match param.as_str() {
-            "group" => query.bind("signups"),
-            "limit" => query.bind(8_i64),
+        query = match param {
+            Param::Group => query.bind("signups"),
+            Param::Limit => query.bind(8_i64),
             _ => query.bind(now),
         };
     }

@@ -7,12 +7,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx_queue::state::{AttemptColumn, Lease, NoCap, Single};
-use sqlx_queue::{Delivery, Job, Outcome, Plain, Queue, Runner, Table, state::HasHandler};
+use sqlx_queue::{Delivery, Job, Mount, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
 type Seen = mpsc::UnboundedReceiver<(i64, u32)>;
-type LeaseQueue<H> = Queue<Lease, AttemptColumn, NoCap, Plain, Single, H>;
 
 fn jobs(table: &str) -> Table {
     Table::new(table).retry_after("retry_after")
@@ -23,7 +21,7 @@ fn jobs(table: &str) -> Table {
 fn reporting(
     table: Table,
     outcome: impl Fn(u32) -> Outcome + Send + Sync + 'static,
-) -> (LeaseQueue<impl HasHandler<Db, Plain>>, Seen) {
+) -> (impl Mount<Db>, Seen) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queue = Queue::table(table)
         .lease("locked_until")

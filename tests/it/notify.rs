@@ -59,7 +59,7 @@ async fn listen_notify_is_refused_without_postgres() {
         .listen_notify()
         .handler(|_: Delivery<Db>| async { Outcome::ack() });
     let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
-    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Unsupported { .. })), "{refused:?}");
     ctx.drop_tables().await;
 }
 

@@ -167,11 +167,11 @@ async fn payloads_and_declarations_that_do_not_fit_are_refused() {
         .enqueue(&ctx.pool, Job::new(&[0xff, 0xfe, 0x00][..]))
         .await;
     match refused {
-        Err(Error::Declaration { reason, .. }) => assert!(reason.contains("UTF-8"), "{reason}"),
+        Err(Error::InvalidJob { reason, .. }) => assert!(reason.contains("UTF-8"), "{reason}"),
         other => panic!("a non-UTF-8 payload for a text column: {other:?}"),
     }
     let nul = jobs(&t, PayloadType::Text).enqueue(&ctx.pool, Job::new("a\0b")).await;
-    assert!(matches!(nul, Err(Error::Declaration { .. })), "a NUL byte in text: {nul:?}");
+    assert!(matches!(nul, Err(Error::InvalidJob { .. })), "a NUL byte in text: {nul:?}");
     assert_eq!(ctx.count(&t, "1 = 1").await, 0);
 
     // A text column declared as bytes (the default), and a bytes column declared as text.

@@ -57,14 +57,7 @@ fn gated(
     table: &str,
     gate: Arc<Semaphore>,
     started: mpsc::UnboundedSender<i64>,
-) -> sqlx_queue::Queue<
-    sqlx_queue::state::Lease,
-    sqlx_queue::state::AttemptColumn,
-    sqlx_queue::state::NoCap,
-    sqlx_queue::Plain,
-    sqlx_queue::state::Single,
-    impl sqlx_queue::state::HasHandler<Db, sqlx_queue::Plain>,
-> {
+) -> impl sqlx_queue::Mount<Db> {
     Queue::table(jobs(table))
         .lease("locked_until")
         .attempt("attempt")

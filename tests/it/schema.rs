@@ -205,6 +205,6 @@ async fn transaction_settings_of_another_database_are_refused() {
     let queue =
         queue.handler(|_: Delivery<Db, sqlx_queue::Transactional>| async { Outcome::ack() });
     let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
-    assert!(matches!(refused, Err(Error::Declaration { .. })), "{refused:?}");
+    assert!(matches!(refused, Err(Error::Unsupported { .. })), "{refused:?}");
     ctx.drop_tables().await;
 }

@@ -57,27 +57,27 @@ async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
         .mount(transactional)
         .start()
         .await;
-    let Err(Error::Declaration { reason, .. }) = refused else {
+    let Err(error @ Error::PoolTooSmall { .. }) = refused else {
         panic!("a transactional queue of {WORKERS} workers on a pool of {WORKERS} started");
     };
     assert!(
-        reason.contains(&format!("max_connections to {need}")),
-        "{reason}"
+        error.to_string().contains(&format!("max_connections to {need}")),
+        "{error}"
     );
     if F::HOLDS {
         let plain = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
             .workers(WORKERS)
             .handler(|_: Delivery<DB>| async { Outcome::ack() });
         let refused = Runner::new(small.clone()).mount(plain).start().await;
-        let Err(Error::Declaration { reason, .. }) = refused else {
+        let Err(error @ Error::PoolTooSmall { .. }) = refused else {
             panic!(
                 "{} with {WORKERS} workers on a pool of {WORKERS} started",
                 F::NAME
             );
         };
         assert!(
-            reason.contains(&format!("max_connections to {need}")),
-            "{reason}"
+            error.to_string().contains(&format!("max_connections to {need}")),
+            "{error}"
         );
     }
     small.close().await;

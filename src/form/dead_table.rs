@@ -1,8 +1,9 @@
 //! Whether a dead-letter table takes every row its queue moves into it, checked at start: a
 //! move that fails leaves the row where it was, to fail again at its next cap.
 
-use super::schema::{Column, Fill, find_column};
-use crate::dialect::{self, Dialect};
+use super::catalog::{Column, Fill, find_column};
+use crate::dialect;
+use crate::table::Dialect;
 
 /// Checks the dead-letter table's columns (`dead`) against the queue table's (`queue`), each of
 /// which it has (checked before). Returns the column at fault and what is wrong.
@@ -13,7 +14,7 @@ use crate::dialect::{self, Dialect};
 /// be computed by the dead-letter table; and a column only the dead-letter table has must fill
 /// itself: take NULL, have a default, or be generated, an identity, a serial, `AUTO_INCREMENT`
 /// or SQLite's rowid alias.
-pub(super) fn check(
+pub(crate) fn check(
     dialect: Dialect,
     queue: &[Column],
     dead: &[Column],

@@ -1,0 +1,240 @@
+//! What a queue is once mounted: the typestate of its builder erased into a plain configuration
+//! that the runner, the forms and the statements read, and the [`Mount`] trait through which a
+//! runner takes a queue without knowing its builder.
+
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::handler::Handling;
+use crate::table::{DeadLetter, Dialect, Table};
+
+/// The most deliveries one queue keeps in work at once.
+pub const MAX_WORKERS: usize = 10_000;
+
+/// The lease duration when none is given.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// A settlement whose statement a service can replace with its own SQL
+/// ([`Queue::custom`](crate::Queue::custom)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Event {
+    /// [`Outcome::ack`](crate::Outcome::ack).
+    Ack,
+    /// [`Outcome::drop`](crate::Outcome::drop).
+    Drop,
+    /// [`Outcome::retry`](crate::Outcome::retry).
+    Retry,
+    /// [`Outcome::retry_after`](crate::Outcome::retry_after).
+    RetryAfter,
+    /// The move to the dead letter (at the cap, or
+    /// [`Outcome::dead_letter`](crate::Outcome::dead_letter)).
+    DeadLetter,
+}
+
+/// The isolation level of a transactional queue's transactions, on PostgreSQL and
+/// MySQL/MariaDB ([`Queue::isolation`](crate::Queue::isolation)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Isolation {
+    /// Each statement sees what was committed before it began (the default).
+    ReadCommitted,
+    /// The transaction sees one snapshot. On PostgreSQL a row lock claim may then fail with a
+    /// serialization error under contention (the runner retries it); on MySQL/MariaDB locking
+    /// reads take gap locks, so the row lock form refuses it.
+    RepeatableRead,
+    /// Transactions behave as if run one at a time; the database aborts the ones that cannot,
+    /// and their deliveries fail their settlement and are delivered again. The row lock form
+    /// refuses it on MySQL/MariaDB.
+    Serializable,
+}
+
+/// How a transactional queue's transactions begin on SQLite
+/// ([`Queue::sqlite_mode`](crate::Queue::sqlite_mode)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum SqliteMode {
+    /// `BEGIN DEFERRED` (the default): the write lock is taken at the first write.
+    Deferred,
+    /// `BEGIN IMMEDIATE`: the write lock is taken at once.
+    Immediate,
+    /// `BEGIN EXCLUSIVE`: no other connection reads or writes until the delivery settles.
+    Exclusive,
+}
+
+/// The claim form of a mounted queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FormKind {
+    RowLock,
+    Lease { column: String, duration: Duration },
+    Advisory,
+}
+
+/// Everything the runner, the forms and the statements need to know about a mounted queue.
+#[derive(Debug, Clone)]
+#[doc(hidden)]
+pub struct QueueConfig {
+    pub(crate) table: Table,
+    pub(crate) name: Option<String>,
+    pub(crate) form: FormKind,
+    pub(crate) attempt: Option<String>,
+    /// The cap and its dead letter: they come together (the builder's typestate sees to it).
+    pub(crate) cap: Option<(u32, DeadLetter)>,
+    pub(crate) transactional: bool,
+    pub(crate) batch: Option<usize>,
+    pub(crate) workers: usize,
+    pub(crate) custom: Vec<(Event, String)>,
+    pub(crate) isolation: Option<Isolation>,
+    pub(crate) sqlite_mode: Option<SqliteMode>,
+    pub(crate) fifo: bool,
+    pub(crate) listen_notify: bool,
+}
+
+impl QueueConfig {
+    /// A queue of `form` on `table` with every option at its default.
+    pub(crate) fn new(table: Table, form: FormKind) -> Self {
+        QueueConfig {
+            table,
+            name: None,
+            form,
+            attempt: None,
+            cap: None,
+            transactional: false,
+            batch: None,
+            workers: 1,
+            custom: Vec::new(),
+            isolation: None,
+            sqlite_mode: None,
+            fifo: false,
+            listen_notify: false,
+        }
+    }
+
+    /// The queue's name in messages: its group value, else its table's name.
+    pub(crate) fn label(&self) -> &str {
+        self.name.as_deref().unwrap_or(&self.table.name)
+    }
+
+    pub(crate) fn max_attempts(&self) -> Option<u32> {
+        self.cap.as_ref().map(|(max, _)| *max)
+    }
+
+    pub(crate) fn dead_letter(&self) -> Option<&DeadLetter> {
+        self.cap.as_ref().map(|(_, to)| to)
+    }
+
+    /// Whether a delivery in work holds a pooled connection: the row lock and advisory forms
+    /// (its claim's transaction, its key), and transactional queues (their transaction).
+    pub(crate) fn holds_connections(&self) -> bool {
+        self.transactional || !matches!(self.form, FormKind::Lease { .. })
+    }
+
+    /// Refuses what cannot work on `dialect` or on the table as declared, before any statement
+    /// runs.
+    pub(crate) fn check(&self, dialect: Dialect) -> Result<()> {
+        let queue = self.label();
+        if self.listen_notify && dialect != Dialect::Postgres {
+            return Err(Error::unsupported(
+                queue,
+                format!(
+                    "`.listen_notify()` needs PostgreSQL's LISTEN/NOTIFY; {} has none (polling \
+                     and in-process wake-ups remain)",
+                    dialect.product()
+                ),
+            ));
+        }
+        if self.isolation.is_some() && dialect == Dialect::Sqlite {
+            return Err(Error::unsupported(
+                queue,
+                "SQLite has no isolation levels: use `.sqlite_mode(..)`",
+            ));
+        }
+        if self.sqlite_mode.is_some() && dialect != Dialect::Sqlite {
+            return Err(Error::unsupported(
+                queue,
+                "`.sqlite_mode(..)` is for SQLite: use `.isolation(..)`",
+            ));
+        }
+        let above_read_committed =
+            !matches!(self.isolation, None | Some(Isolation::ReadCommitted));
+        if dialect == Dialect::MySql && self.form == FormKind::RowLock && above_read_committed {
+            return Err(Error::unsupported(
+                queue,
+                "the row lock form claims with a locking read, which above READ COMMITTED takes \
+                 gap locks on MySQL/MariaDB that block inserts: keep `Isolation::ReadCommitted`, \
+                 or use the lease or advisory lock form",
+            ));
+        }
+        if self.fifo && !matches!(self.form, FormKind::Lease { .. }) {
+            return Err(Error::unsupported(
+                queue,
+                "FIFO needs the lease form: a row held by a row lock or an advisory key is not \
+                 visible to other claims, which would take the next row of its group",
+            ));
+        }
+        if self.fifo && self.table.group.is_none() {
+            return Err(Error::declaration(
+                queue,
+                "FIFO orders rows within a group: declare the table's group column with \
+                 `Table::group(..)`",
+            ));
+        }
+        if let (Some(DeadLetter::Group(group)), None) = (self.dead_letter(), &self.table.group) {
+            return Err(Error::declaration(
+                queue,
+                format!(
+                    "`DeadLetter::group({group:?})` needs a group column on table `{}`; declare \
+                     it with `Table::group(..)`, or dead-letter into a table",
+                    self.table.name
+                ),
+            ));
+        }
+        match (&self.table.group, &self.name) {
+            // An unnamed FIFO queue serves every group, each in its own order.
+            (Some(_), None) if self.fifo => Ok(()),
+            (Some(column), None) => Err(Error::declaration(
+                queue,
+                format!(
+                    "table `{}` has the group column `{column}`: name the group this queue \
+                     serves with `.named(..)`",
+                    self.table.name
+                ),
+            )),
+            (None, Some(name)) => Err(Error::declaration(
+                queue,
+                format!(
+                    "`.named({name:?})` selects a group, but table `{}` has no group column: \
+                     declare it with `Table::group(..)`",
+                    self.table.name
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+pub(crate) mod sealed {
+    /// Sealed: only this crate's queues are mounted.
+    pub trait Sealed {}
+}
+
+/// A queue ready to mount on a [`Runner`](crate::Runner) of database `DB`: implemented by a
+/// [`Queue`](crate::Queue) whose declaration is complete — one claim form the database has, a
+/// handler of its deliveries, a dead letter where it has `max_attempts`. The runner takes a
+/// queue through it and never sees the builder's states.
+#[diagnostic::on_unimplemented(
+    message = "this queue cannot be mounted on a `{DB}` runner",
+    label = "an incomplete queue, or one for another database",
+    note = "a queue needs one claim form the database has, a handler taking `Delivery<{DB}, ..>`, \
+            and a dead letter where it has `max_attempts`"
+)]
+pub trait Mount<DB: Backend>: sealed::Sealed {
+    /// The queue's handler.
+    #[doc(hidden)]
+    type Handler: Handling<DB>;
+
+    /// The queue's configuration and its handler.
+    #[doc(hidden)]
+    fn into_parts(self) -> (QueueConfig, Self::Handler);
+}

@@ -1,0 +1,86 @@
+//! Not part of the API: the statement a queue claims with, for the crate's own tests that read
+//! its plan (`EXPLAIN`) on a real server. Behind the `internals` feature; may change in any
+//! release.
+
+use super::{Claim, Names, Slot};
+use crate::config::{DEFAULT_LEASE, FormKind, QueueConfig};
+use crate::error::Result;
+use crate::table::{Dialect, Table};
+
+/// A database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Database {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    MySql,
+    /// SQLite.
+    Sqlite,
+}
+
+/// What a claim statement's placeholder takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Param {
+    /// The queue's group.
+    Group,
+    /// How many rows the claim takes.
+    Limit,
+    /// A time: now, or the new lease token.
+    Time,
+    /// Anything else (an id the claim passes over).
+    Other,
+}
+
+/// A claim statement: its text and its placeholders, in order.
+#[derive(Debug, Clone)]
+pub struct Statement {
+    /// The statement's text.
+    pub sql: String,
+    /// What each placeholder takes.
+    pub params: Vec<Param>,
+}
+
+/// The statement a lease queue on `table`, serving group `named`, with the attempt column
+/// `attempt`, claims its rows with on `database` (MySQL/MariaDB: its locking `SELECT`).
+///
+/// # Errors
+///
+/// A name that cannot be quoted.
+pub fn lease_claim(
+    database: Database,
+    table: &Table,
+    named: Option<&str>,
+    attempt: Option<&str>,
+) -> Result<Statement> {
+    let dialect = match database {
+        Database::Postgres => Dialect::Postgres,
+        Database::MySql => Dialect::MySql,
+        Database::Sqlite => Dialect::Sqlite,
+    };
+    let form = FormKind::Lease {
+        column: "locked_until".to_owned(),
+        duration: DEFAULT_LEASE,
+    };
+    let mut config = QueueConfig::new(table.clone(), form);
+    config.name = named.map(str::to_owned);
+    config.attempt = attempt.map(str::to_owned);
+    let names = Names::of_queue(dialect, &config)?;
+    let stmt = match super::lease(&names, 8).claim {
+        Claim::Returning(stmt) => stmt,
+        Claim::SelectThenUpdate { select, .. } => select,
+    };
+    let params = stmt
+        .slots
+        .iter()
+        .map(|slot| match slot {
+            Slot::Group => Param::Group,
+            Slot::Limit => Param::Limit,
+            Slot::Now | Slot::NewToken | Slot::At | Slot::Token => Param::Time,
+            _ => Param::Other,
+        })
+        .collect();
+    Ok(Statement {
+        sql: stmt.text().to_owned(),
+        params,
+    })
+}

@@ -1,0 +1,163 @@
+//! The quoted names a queue's statements use, and the fragments every statement shares.
+
+use super::{Slot, SqlWriter};
+use crate::config::{FormKind, QueueConfig};
+use crate::error::Result;
+use crate::table::{Dialect, PayloadType, Table};
+
+/// The quoted names a queue's statements use.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    pub(crate) dialect: Dialect,
+    pub(crate) table: String,
+    pub(crate) id: String,
+    pub(crate) payload: String,
+    pub(crate) payload_type: PayloadType,
+    pub(crate) group: Option<String>,
+    pub(crate) retry_after: Option<String>,
+    pub(crate) processed_at: Option<String>,
+    pub(crate) lease: Option<String>,
+    pub(crate) attempt: Option<String>,
+    /// The largest value the attempt column takes: counting an attempt stops there (read from
+    /// the catalog at start; `i64::MAX` until then).
+    pub(crate) attempt_max: i64,
+    pub(crate) priority: Option<String>,
+    /// One row in work per group at a time, in order (the lease form).
+    pub(crate) fifo: bool,
+    /// Whether claims take only the rows of one group value (a named queue), or of every group
+    /// (an unnamed FIFO queue).
+    pub(crate) one_group: bool,
+    /// Whether enqueues send the table's notification (PostgreSQL).
+    pub(crate) notify: bool,
+    /// Whether claims pass over the ids bound to [`Slot::Excluded`] (the claims' variants for a
+    /// queue that holds rows back).
+    pub(crate) excluding: bool,
+    /// Whether claims that hold a connection also return its server session (MySQL/MariaDB
+    /// transactional row lock and advisory queues: a delivery cancelled at shutdown ends it).
+    pub(crate) session: bool,
+}
+
+impl Names {
+    /// The names of a table alone (enqueue).
+    pub(crate) fn of_table(dialect: Dialect, table: &Table) -> Result<Self> {
+        let opt = |name: &Option<String>| name.as_deref().map(|n| dialect.quote(n)).transpose();
+        Ok(Names {
+            dialect,
+            table: dialect.quote_table(&table.name)?,
+            id: dialect.quote(&table.id)?,
+            payload: dialect.quote(&table.payload)?,
+            payload_type: table.payload_type,
+            group: opt(&table.group)?,
+            retry_after: opt(&table.retry_after)?,
+            processed_at: opt(&table.processed_at)?,
+            lease: None,
+            attempt: None,
+            attempt_max: i64::MAX,
+            priority: opt(&table.priority)?,
+            fifo: false,
+            one_group: table.group.is_some(),
+            notify: table.notify,
+            excluding: false,
+            session: false,
+        })
+    }
+
+    /// The names of a queue: its table's and its own columns.
+    pub(crate) fn of_queue(dialect: Dialect, config: &QueueConfig) -> Result<Self> {
+        let mut names = Names::of_table(dialect, &config.table)?;
+        if let FormKind::Lease { column, .. } = &config.form {
+            names.lease = Some(dialect.quote(column)?);
+        }
+
+        names.fifo = config.fifo;
+        names.session = dialect == Dialect::MySql
+            && config.transactional
+            && !matches!(config.form, FormKind::Lease { .. });
+        names.one_group = names.group.is_some() && config.name.is_some();
+        names.attempt = config
+            .attempt
+            .as_deref()
+            .map(|a| dialect.quote(a))
+            .transpose()?;
+        Ok(names)
+    }
+
+    /// These names, for the claims' variants that pass over held-back rows.
+    pub(crate) fn excluding(&self) -> Names {
+        Names {
+            excluding: true,
+            ..self.clone()
+        }
+    }
+
+    pub(crate) fn writer(&self) -> SqlWriter {
+        SqlWriter::new(self.dialect)
+    }
+
+    /// `attempt = attempt + 1`, stopping at the column's largest value: a row whose attempt
+    /// reached it would otherwise make every statement that counts it fail ("out of range"),
+    /// and a claim fail for every row it takes with that one.
+    pub(crate) fn count_attempt(&self, w: &mut SqlWriter, attempt: &str) {
+        w.push(attempt)
+            .push(" = CASE WHEN ")
+            .push(attempt)
+            .push(" < ")
+            .push(&self.attempt_max.to_string())
+            .push(" THEN ")
+            .push(attempt)
+            .push(" + 1 ELSE ")
+            .push(attempt)
+            .push(" END");
+    }
+
+    /// Reads the payload column (named with `prefix`, e.g. `q.`) as bytes.
+    pub(crate) fn read_payload(&self, w: &mut SqlWriter, prefix: &str) {
+        let (before, after) = match (self.payload_type, self.dialect) {
+            (PayloadType::Bytes, _) => ("", ""),
+            (_, Dialect::Postgres) => ("convert_to(", "::text, 'UTF8')"),
+            // The column's own character set, whatever it is, read as UTF-8.
+            (_, Dialect::MySql) => ("CAST(CONVERT(", " USING utf8mb4) AS BINARY)"),
+            (_, Dialect::Sqlite) => ("CAST(", " AS BLOB)"),
+        };
+        w.push(before).push(prefix).push(&self.payload).push(after);
+    }
+
+    /// The payload's parameter, converted from bytes to the column's type.
+    pub(crate) fn payload_param(&self, w: &mut SqlWriter) {
+        let (before, after) = match (self.payload_type, self.dialect) {
+            (PayloadType::Bytes, _) => ("", ""),
+            (PayloadType::Text, Dialect::Postgres) => ("convert_from(", ", 'UTF8')"),
+            (PayloadType::Json, Dialect::Postgres) => ("convert_from(", ", 'UTF8')::json"),
+            (PayloadType::Jsonb, Dialect::Postgres) => ("convert_from(", ", 'UTF8')::jsonb"),
+            (_, Dialect::MySql) => ("CONVERT(", " USING utf8mb4)"),
+            (_, Dialect::Sqlite) => ("CAST(", " AS TEXT)"),
+        };
+        w.push(before).param(Slot::Payload).push(after);
+    }
+}
+
+#[cfg(test)]
+impl Names {
+    /// A queue's names, for the statement tests: of `form` (`lease`, on `locked_until`;
+    /// `row_lock`; `advisory`), serving group `named`, with the attempt column `attempt`.
+    pub(crate) fn for_test(
+        dialect: Dialect,
+        table: Table,
+        named: Option<&str>,
+        form: &str,
+        attempt: bool,
+    ) -> Names {
+        let form = match form {
+            "lease" => FormKind::Lease {
+                column: "locked_until".to_owned(),
+                duration: crate::config::DEFAULT_LEASE,
+            },
+            "row_lock" => FormKind::RowLock,
+            _ => FormKind::Advisory,
+        };
+        let mut config = QueueConfig::new(table, form);
+        config.name = named.map(str::to_owned);
+        config.attempt = attempt.then(|| "attempt".to_owned());
+        Names::of_queue(dialect, &config).expect("valid names")
+    }
+}

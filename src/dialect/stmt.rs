@@ -1,0 +1,257 @@
+//! A statement as rendered: its text and what each placeholder takes, and the values bound to it.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use sqlx::{AssertSqlSafe, SqlSafeStr as _, SqlStr};
+
+use crate::table::{Dialect, Value, ValueKind};
+
+/// What a statement's placeholders take, in the order they appear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    /// The row's id.
+    Id,
+    /// The `i`-th id of a list (claims on MySQL/MariaDB update the claimed ids).
+    IdAt(u16),
+    /// The delivery's current lease token.
+    Token,
+    /// The `i`-th id a claim passes over (rows held back in this process after a failure of
+    /// their own), padded with the first.
+    Excluded(u16),
+    /// The `i`-th token of a list (acknowledgements of many rows).
+    TokenAt(u16),
+    /// A new lease token (claim, extension).
+    NewToken,
+    /// The current time.
+    Now,
+    /// A later time: `retry_after` of a settlement or an enqueue.
+    At,
+    /// The queue's group value.
+    Group,
+    /// How many rows a claim takes.
+    Limit,
+    /// A job's payload.
+    Payload,
+    /// A row's advisory key (PostgreSQL).
+    Key,
+    /// The table's advisory key class, the high half of its keys (PostgreSQL).
+    KeyClass,
+    /// The table's lock-name prefix (MySQL/MariaDB).
+    KeyPrefix,
+    /// The dead-letter group.
+    DeadGroup,
+    /// A job's priority.
+    Priority,
+    /// The table's quoted name, whose notification channel the statement computes (PostgreSQL).
+    NotifyTable,
+    /// A notification's payload: the job's group.
+    NotifyPayload,
+}
+
+impl Slot {
+    /// The type of the value the slot takes.
+    fn kind(self) -> ValueKind {
+        match self {
+            Slot::Id
+            | Slot::IdAt(_)
+            | Slot::Excluded(_)
+            | Slot::Limit
+            | Slot::Key
+            | Slot::KeyClass
+            | Slot::Priority => ValueKind::I64,
+            Slot::Token | Slot::TokenAt(_) | Slot::NewToken | Slot::Now | Slot::At => {
+                ValueKind::Time
+            }
+            Slot::Group
+            | Slot::KeyPrefix
+            | Slot::DeadGroup
+            | Slot::NotifyTable
+            | Slot::NotifyPayload => ValueKind::Text,
+            Slot::Payload => ValueKind::Bytes,
+        }
+    }
+}
+
+/// A rendered statement: its text, shared (cloning it clones an `Arc`), and its placeholders.
+#[derive(Debug, Clone)]
+pub(crate) struct Stmt {
+    sql: Arc<str>,
+    pub(crate) slots: Box<[Slot]>,
+}
+
+impl Stmt {
+    pub(crate) fn text(&self) -> &str {
+        &self.sql
+    }
+
+    pub(crate) fn sql(&self) -> SqlStr {
+        AssertSqlSafe(Arc::clone(&self.sql)).into_sql_str()
+    }
+
+    /// The values its placeholders take from `args`, in order.
+    pub(crate) fn values<'s, 'a>(&'s self, args: &'s Args<'a>) -> impl Iterator<Item = Value<'a>> + 's {
+        self.slots.iter().map(|slot| args.value(*slot))
+    }
+
+    /// Its placeholders' types.
+    pub(crate) fn kinds(&self) -> Vec<ValueKind> {
+        self.slots.iter().map(|slot| slot.kind()).collect()
+    }
+}
+
+/// The values a statement's slots are bound from.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Args<'a> {
+    pub(crate) id: i64,
+    pub(crate) ids: &'a [i64],
+    pub(crate) excluded: &'a [i64],
+    pub(crate) tokens: &'a [DateTime<Utc>],
+    pub(crate) token: Option<DateTime<Utc>>,
+    pub(crate) new_token: Option<DateTime<Utc>>,
+    pub(crate) now: Option<DateTime<Utc>>,
+    pub(crate) at: Option<DateTime<Utc>>,
+    pub(crate) group: Option<&'a str>,
+    pub(crate) limit: i64,
+    pub(crate) payload: &'a [u8],
+    pub(crate) key: i64,
+    pub(crate) key_class: i64,
+    pub(crate) key_prefix: Option<&'a str>,
+    pub(crate) dead_group: Option<&'a str>,
+    pub(crate) priority: i64,
+    pub(crate) notify_table: Option<&'a str>,
+    pub(crate) notify_payload: Option<&'a str>,
+}
+
+impl<'a> Args<'a> {
+    pub(crate) fn value(&self, slot: Slot) -> Value<'a> {
+        match slot {
+            Slot::Id => Value::I64(self.id),
+            // A short list is padded with its last id: repeating an id in `IN (..)` is harmless.
+            Slot::IdAt(i) => Value::I64(
+                self.ids
+                    .get(usize::from(i))
+                    .or(self.ids.last())
+                    .copied()
+                    .unwrap_or(self.id),
+            ),
+            // Padded with the first: repeating an id in `NOT IN (..)` is harmless.
+            Slot::Excluded(i) => Value::I64(
+                self.excluded
+                    .get(usize::from(i))
+                    .or(self.excluded.first())
+                    .copied()
+                    .unwrap_or(i64::MIN),
+            ),
+            Slot::Token => Value::Time(self.token),
+            // Padded as `IdAt` is: the last pair repeated.
+            Slot::TokenAt(i) => Value::Time(
+                self.tokens
+                    .get(usize::from(i))
+                    .or(self.tokens.last())
+                    .copied(),
+            ),
+            Slot::NewToken => Value::Time(self.new_token),
+            Slot::Now => Value::Time(self.now),
+            Slot::At => Value::Time(self.at),
+            Slot::Group => Value::Text(self.group),
+            Slot::Limit => Value::I64(self.limit),
+            Slot::Payload => Value::Bytes(self.payload),
+            Slot::Key => Value::I64(self.key),
+            Slot::KeyClass => Value::I64(self.key_class),
+            Slot::KeyPrefix => Value::Text(self.key_prefix),
+            Slot::DeadGroup => Value::Text(self.dead_group),
+            Slot::Priority => Value::I64(self.priority),
+            Slot::NotifyTable => Value::Text(self.notify_table),
+            Slot::NotifyPayload => Value::Text(Some(self.notify_payload.unwrap_or(""))),
+        }
+    }
+}
+
+/// Writes statement text, numbering placeholders in the dialect's way.
+#[derive(Debug)]
+pub(crate) struct SqlWriter {
+    dialect: Dialect,
+    sql: String,
+    slots: Vec<Slot>,
+}
+
+impl SqlWriter {
+    pub(crate) fn new(dialect: Dialect) -> Self {
+        SqlWriter {
+            dialect,
+            sql: String::with_capacity(256),
+            slots: Vec::new(),
+        }
+    }
+
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    pub(crate) fn push(&mut self, text: &str) -> &mut Self {
+        self.sql.push_str(text);
+        self
+    }
+
+    pub(crate) fn param(&mut self, slot: Slot) -> &mut Self {
+        self.slots.push(slot);
+        match self.dialect {
+            Dialect::Postgres => {
+                self.sql.push('$');
+                self.sql.push_str(&self.slots.len().to_string());
+            }
+            Dialect::MySql | Dialect::Sqlite => self.sql.push('?'),
+        }
+        self
+    }
+
+    /// Appends another writer's text and placeholders (numbered on from this one's).
+    pub(crate) fn append(&mut self, other: SqlWriter) -> &mut Self {
+        debug_assert!(self.slots.is_empty() || self.dialect != Dialect::Postgres);
+        self.sql.push_str(&other.sql);
+        self.slots.extend(other.slots);
+        self
+    }
+
+    pub(crate) fn finish(self) -> Stmt {
+        Stmt {
+            sql: self.sql.into(),
+            slots: self.slots.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_numbered_on_postgres_only() {
+        let mut w = SqlWriter::new(Dialect::Postgres);
+        w.push("a = ")
+            .param(Slot::Id)
+            .push(" AND b = ")
+            .param(Slot::Token);
+        assert_eq!(w.finish().text(), "a = $1 AND b = $2");
+        let mut w = SqlWriter::new(Dialect::MySql);
+        w.push("a = ")
+            .param(Slot::Id)
+            .push(" AND b = ")
+            .param(Slot::Token);
+        let stmt = w.finish();
+        assert_eq!(stmt.text(), "a = ? AND b = ?");
+        assert_eq!(&*stmt.slots, &[Slot::Id, Slot::Token]);
+        assert_eq!(stmt.kinds(), [ValueKind::I64, ValueKind::Time]);
+    }
+
+    #[test]
+    fn short_id_lists_are_padded() {
+        let args = Args {
+            ids: &[7, 9],
+            ..Args::default()
+        };
+        assert!(matches!(args.value(Slot::IdAt(0)), Value::I64(7)));
+        assert!(matches!(args.value(Slot::IdAt(3)), Value::I64(9)));
+    }
+}

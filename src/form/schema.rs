@@ -1,0 +1,367 @@
+//! What every form checks before anything is claimed: the server, the table's columns and their
+//! types, the dead letter, the service's own statements; and every statement, prepared once.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use sqlx::Pool;
+
+use super::catalog::{self, Column, Identity, find_column};
+use super::{Custom, Dead, dead_table};
+use crate::backend::{Backend, Clock};
+use crate::config::{FormKind, QueueConfig};
+use crate::dialect::{self, DeadTarget, Kind, Names, Stmt};
+use crate::error::{Error, Result, SchemaError};
+use crate::table::{DeadLetter, Dialect};
+
+/// What the runner learns of the server at start.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Server {
+    /// The server has a clock of its own (SQLite shares this host's).
+    pub(crate) own_clock: bool,
+    /// PostgreSQL 14 or later: a session can notice its client is gone while a statement runs
+    /// (`client_connection_check_interval`).
+    pub(crate) checks_connection: bool,
+}
+
+/// Reads the server's version (refusing servers without `SKIP LOCKED`) and corrects `clock` by
+/// the server's.
+pub(crate) async fn measure_server<DB: Backend>(pool: &Pool<DB>, clock: &Clock) -> Result<Server> {
+    let mut conn = pool.acquire().await?;
+    let sent = Utc::now();
+    let (version, server_now) = DB::server(&mut conn).await?;
+    let received = Utc::now();
+    if DB::DIALECT == Dialect::MySql {
+        check_mysql_version(&version)?;
+    }
+    if let Some(now) = server_now {
+        clock.measure(sent, received, now);
+    }
+    let major: u32 = version
+        .split(|c: char| !c.is_ascii_digit())
+        .next()
+        .and_then(|major| major.parse().ok())
+        .unwrap_or(0);
+    Ok(Server {
+        own_clock: server_now.is_some(),
+        checks_connection: DB::DIALECT == Dialect::Postgres && major >= 14,
+    })
+}
+
+/// MySQL 8.0.1 and MariaDB 10.6 are the first with `SKIP LOCKED`.
+fn check_mysql_version(version: &str) -> Result<()> {
+    let mariadb = version.to_ascii_lowercase().contains("mariadb");
+    let found: Vec<u32> = version
+        .split(['.', '-'])
+        .take(3)
+        .map_while(|part| part.parse().ok())
+        .collect();
+    let (server, needed): (&str, &[u32]) = if mariadb {
+        ("MariaDB", &[10, 6, 0])
+    } else {
+        ("MySQL", &[8, 0, 1])
+    };
+    if found.len() == 3 && found.as_slice() < needed {
+        return Err(Error::ServerTooOld {
+            server: server.to_owned(),
+            found: version.to_owned(),
+            needed: needed
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join("."),
+        });
+    }
+    Ok(())
+}
+
+/// What a form starts from: the queue's checked table and what it shares with the other forms.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// The queue's quoted names, the attempt column's largest value read.
+    pub(crate) names: Names,
+    pub(crate) identity: Identity,
+    pub(crate) dead: Option<Dead>,
+    pub(crate) custom: Custom,
+    /// The queue's name in messages.
+    pub(crate) queue: Arc<str>,
+    pub(crate) table: Arc<str>,
+    /// The group the queue serves.
+    pub(crate) group: Option<Arc<str>>,
+    pub(crate) with_attempt: bool,
+    /// `SELECT *` of a row by id: what a row mode handler decodes.
+    pub(crate) row: Stmt,
+    pub(crate) clock: Clock,
+    pub(crate) server: Server,
+}
+
+/// Checks one queue's table, dead letter and own statements on `conn`, preparing what is the
+/// same for every form.
+pub(crate) async fn check<DB: Backend>(
+    conn: &mut DB::Connection,
+    config: &QueueConfig,
+    clock: Clock,
+    server: Server,
+) -> Result<Checked> {
+    let mut names = Names::of_queue(DB::DIALECT, config)?;
+    let columns = check_columns::<DB>(conn, config).await?;
+    let identity = catalog::read_identity::<DB>(conn, config.label(), &config.table.name).await?;
+    names.attempt_max = attempt_max::<DB>(config, &columns)?;
+    let guarded = matches!(config.form, FormKind::Lease { .. });
+    let dead = match dead_target::<DB>(conn, config, &columns).await? {
+        Some((target, group)) => {
+            let sql = dialect::dead_letter(&names, &target, guarded);
+            prepare_all::<DB>(conn, config, &sql.statements()).await?;
+            Some(Dead { sql, group })
+        }
+        None => None,
+    };
+    let mut custom = Vec::with_capacity(config.custom.len());
+    for (event, sql) in &config.custom {
+        let stmt = dialect::custom(DB::DIALECT, sql).map_err(|reason| {
+            Error::declaration(
+                config.label(),
+                format!("the custom {event:?} statement: {reason}"),
+            )
+        })?;
+        custom.push((*event, stmt));
+    }
+    let custom = Custom::new(custom);
+    prepare_all::<DB>(conn, config, &custom.statements().collect::<Vec<_>>()).await?;
+    Ok(Checked {
+        row: dialect::row_by_id(&names),
+        names,
+        identity,
+        dead,
+        custom,
+        queue: config.label().into(),
+        table: config.table.name.as_str().into(),
+        group: config.name.as_deref().map(Into::into),
+        with_attempt: config.attempt.is_some(),
+        clock,
+        server,
+    })
+}
+
+/// The largest value the queue's attempt column holds, refusing a `max_attempts` it cannot
+/// count to: the lease and advisory forms count an attempt when they take the row, so the column
+/// holds up to `max_attempts + 1`; the row lock form counts it when a retry returns the row.
+fn attempt_max<DB: Backend>(config: &QueueConfig, columns: &[Column]) -> Result<i64> {
+    let Some(column) = config.attempt.as_deref() else {
+        return Ok(i64::MAX);
+    };
+    let Some(Column { ty, .. }) = find_column(DB::DIALECT, columns, column) else {
+        return Ok(i64::MAX); // `check_columns` has refused a missing column already.
+    };
+    let max = dialect::attempt_max(DB::DIALECT, ty);
+    let Some(n) = config.max_attempts() else {
+        return Ok(max);
+    };
+    let (form, stored, largest) = match config.form {
+        FormKind::RowLock => ("row lock", i64::from(n), max),
+        FormKind::Lease { .. } => ("lease", i64::from(n) + 1, max - 1),
+        FormKind::Advisory => ("advisory lock", i64::from(n) + 1, max - 1),
+    };
+    if stored > max {
+        let counts = match config.form {
+            FormKind::RowLock => "max_attempts",
+            _ => "max_attempts + 1",
+        };
+        return Err(Error::declaration(
+            config.label(),
+            format!(
+                "the attempt column `{column}` has type `{ty}`, whose largest value is {max}; the \
+                 {form} form stores up to {counts} in it, so `max_attempts` can be at most \
+                 {largest} on this column, not {n}: lower it, or widen the column"
+            ),
+        ));
+    }
+    Ok(max)
+}
+
+/// Checks the dead letter against the database: a table must exist, have every column of the
+/// queue table and take the rows moved into it ([`dead_table::check`]).
+async fn dead_target<DB: Backend>(
+    conn: &mut DB::Connection,
+    config: &QueueConfig,
+    columns: &[Column],
+) -> Result<Option<(DeadTarget, Option<Arc<str>>)>> {
+    let dialect = DB::DIALECT;
+    let dead = match config.dead_letter() {
+        None => return Ok(None),
+        // The group column was checked with the declaration.
+        Some(DeadLetter::Group(group)) => {
+            return Ok(Some((DeadTarget::Group, Some(Arc::from(group.as_str())))));
+        }
+        Some(DeadLetter::Table(dead)) => dead,
+    };
+    let dead_columns = catalog::read_catalog::<DB>(conn, config.label(), dead).await?;
+    let missing =
+        |column: Option<&str>, reason: &str| Error::schema(config.label(), dead, column, reason);
+    if dead_columns.is_empty() {
+        return Err(missing(None, "the dead-letter table does not exist"));
+    }
+    for column in columns {
+        let Some(Column { ty, .. }) = find_column(dialect, &dead_columns, &column.name) else {
+            return Err(missing(
+                Some(&column.name),
+                "the dead-letter table lacks a column of the queue table",
+            ));
+        };
+        // The payload moves as it is: the dead letter's column must hold the same kind.
+        let payload = Kind::payload(config.table.payload_type);
+        if dialect.same_column(&column.name, &config.table.payload) && !payload.accepts(dialect, ty)
+        {
+            return Err(Error::schema(
+                config.label(),
+                dead,
+                Some(&column.name),
+                format!(
+                    "the dead-letter table's payload column has type `{ty}`; like the queue's, \
+                     on {} it needs {}",
+                    dialect.product(),
+                    payload.expected(dialect)
+                ),
+            ));
+        }
+    }
+    dead_table::check(dialect, columns, &dead_columns)
+        .map_err(|(column, reason)| Error::schema(config.label(), dead, Some(&column), reason))?;
+    let columns = columns
+        .iter()
+        .map(|column| dialect.quote(&column.name))
+        .collect::<Result<_>>()?;
+    let table = dialect.quote_table(dead)?;
+    Ok(Some((DeadTarget::Table { table, columns }, None)))
+}
+
+/// Prepares each statement, so that the server checks it before anything is claimed.
+pub(crate) async fn prepare_all<DB: Backend>(
+    conn: &mut DB::Connection,
+    config: &QueueConfig,
+    statements: &[&Stmt],
+) -> Result<()> {
+    for stmt in statements {
+        DB::prepare(conn, stmt.sql(), &stmt.kinds())
+            .await
+            .map_err(|source| {
+                Error::Schema(Box::new(SchemaError {
+                    queue: config.label().to_owned(),
+                    table: config.table.name.clone(),
+                    column: None,
+                    statement: Some(stmt.text().to_owned()),
+                    reason: "the database refused to prepare a statement".to_owned(),
+                    source: Some(source),
+                }))
+            })?;
+    }
+    Ok(())
+}
+
+/// Reads the table's columns from the catalog and checks each role's column and type.
+async fn check_columns<DB: Backend>(
+    conn: &mut DB::Connection,
+    config: &QueueConfig,
+) -> Result<Vec<Column>> {
+    let table = &config.table;
+    let columns = catalog::read_catalog::<DB>(conn, config.label(), &table.name).await?;
+    let schema_error = |column: Option<&str>, reason: String| {
+        Error::schema(config.label(), &table.name, column, reason)
+    };
+    if columns.is_empty() {
+        return Err(schema_error(None, "the table does not exist".to_owned()));
+    }
+
+    let mut roles = vec![
+        ("id", table.id.as_str(), Kind::Integer),
+        (
+            "payload",
+            table.payload.as_str(),
+            Kind::payload(table.payload_type),
+        ),
+    ];
+    let optional = [
+        ("group", table.group.as_deref(), Kind::Text),
+        ("retry_after", table.retry_after.as_deref(), Kind::Time),
+        ("processed_at", table.processed_at.as_deref(), Kind::Time),
+        ("attempt", config.attempt.as_deref(), Kind::Integer),
+        ("priority", table.priority.as_deref(), Kind::Integer),
+    ];
+    roles.extend(
+        optional
+            .into_iter()
+            .filter_map(|(role, column, kind)| Some((role, column?, kind))),
+    );
+    if let FormKind::Lease { column, .. } = &config.form {
+        roles.push(("lease", column, Kind::Time));
+    }
+
+    for (role, column, kind) in roles {
+        let Some(Column { ty, nullable, .. }) = find_column(DB::DIALECT, &columns, column) else {
+            return Err(schema_error(
+                Some(column),
+                format!("the {role} column does not exist"),
+            ));
+        };
+        if !kind.accepts(DB::DIALECT, ty) {
+            return Err(schema_error(
+                Some(column),
+                format!(
+                    "the {role} column has type `{ty}`; on {} it needs {}",
+                    DB::DIALECT.product(),
+                    kind.expected(DB::DIALECT)
+                ),
+            ));
+        }
+        // Time roles are NULL until set; payload and attempt are read as values.
+        let needs_null = kind == Kind::Time;
+        let needs_value = matches!(role, "payload" | "attempt");
+        if needs_null && !nullable {
+            return Err(schema_error(
+                Some(column),
+                format!("the {role} column must take NULL (NULL means not set)"),
+            ));
+        }
+        if needs_value && *nullable {
+            return Err(schema_error(
+                Some(column),
+                format!("the {role} column must be NOT NULL"),
+            ));
+        }
+    }
+    Ok(columns)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn servers_without_skip_locked_are_refused() {
+        check_mysql_version("10.11.19-MariaDB-0+deb12u1").unwrap();
+        check_mysql_version("10.6.0-MariaDB").unwrap();
+        check_mysql_version("8.0.36").unwrap();
+        check_mysql_version("8.4.0-commercial").unwrap();
+        let err = check_mysql_version("10.5.23-MariaDB").unwrap_err();
+        assert!(matches!(&err, Error::ServerTooOld { needed, .. } if needed == "10.6.0"));
+        assert!(err.to_string().contains("10.5.23-MariaDB"), "{err}");
+        let err = check_mysql_version("5.7.44-log").unwrap_err();
+        assert!(matches!(err, Error::ServerTooOld { needed, .. } if needed == "8.0.1"));
+    }
+
+    #[test]
+    fn column_types_per_dialect() {
+        assert!(Kind::Time.accepts(Dialect::Postgres, "timestamp with time zone"));
+        assert!(!Kind::Time.accepts(Dialect::Postgres, "timestamp(3) with time zone"));
+        assert!(!Kind::Time.accepts(Dialect::Postgres, "timestamp without time zone"));
+        assert!(Kind::Time.accepts(Dialect::MySql, "datetime(6)"));
+        assert!(!Kind::Time.accepts(Dialect::MySql, "datetime"));
+        assert!(Kind::Integer.accepts(Dialect::MySql, "bigint(20)"));
+        assert!(Kind::Integer.accepts(Dialect::MySql, "int(11) unsigned"));
+        assert!(!Kind::Integer.accepts(Dialect::MySql, "point"));
+        assert!(Kind::Bytes.accepts(Dialect::MySql, "longblob"));
+        assert!(!Kind::Bytes.accepts(Dialect::Postgres, "text"));
+        assert!(Kind::Bytes.accepts(Dialect::Sqlite, "BLOB"));
+        assert!(!Kind::Bytes.accepts(Dialect::Sqlite, "INTEGER"));
+    }
+}

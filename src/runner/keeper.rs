@@ -1,0 +1,136 @@
+//! While a handler works: its rows' holds are extended where they expire (the lease form, every
+//! half lease), and the shutdown timeout cancels it.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::queue::Live;
+use crate::backend::Backend;
+use crate::form::{Form, GRACE};
+
+/// What keeping a handler gave: its result, or `None` when cancelled at the shutdown timeout,
+/// with the hold an extension in flight then may have written (its outcome unknown).
+pub(super) struct Kept<T, H> {
+    pub(super) result: Option<T>,
+    pub(super) extending: Option<H>,
+}
+
+/// Awaits the handler of row `id` while extending `hold` when it must be (the handler is polled
+/// during an extension too, so a slow statement never stalls it).
+pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
+    q: &Live<DB, F>,
+    id: i64,
+    hold: &mut F::Hold,
+    mut handled: Pin<&mut impl Future<Output = T>>,
+) -> Kept<T, F::Hold> {
+    let abort = &q.shared.abort;
+    let Some((every, since)) = q.form.extend_every(hold) else {
+        let result = tokio::select! {
+            biased;
+            result = &mut handled => Some(result),
+            () = abort.cancelled() => None,
+        };
+        return Kept {
+            result,
+            extending: None,
+        };
+    };
+    let mut next = since + every;
+    let mut lost = false;
+    loop {
+        tokio::select! {
+            biased;
+            result = &mut handled => return Kept { result: Some(result), extending: None },
+            () = abort.cancelled() => return Kept { result: None, extending: None },
+            () = tokio::time::sleep_until(next), if !lost => {}
+        }
+        let Some(to) = q.form.extension(hold) else {
+            lost = true;
+            continue;
+        };
+        let mut extension = Box::pin(q.form.extend(&q.conns, id, hold, &to));
+        let mut finished = None;
+        let extended = loop {
+            tokio::select! {
+                extended = &mut extension => break extended,
+                result = &mut handled, if finished.is_none() => {
+                    if q.abandon_extension {
+                        return Kept { result: Some(result), extending: None };
+                    }
+                    finished = Some(result);
+                }
+                () = abort.cancelled(), if finished.is_none() => {
+                    // The extension may commit the new hold after all: learn which the row
+                    // carries, or fence both.
+                    let extended = tokio::time::timeout(GRACE, &mut extension).await;
+                    drop(extension);
+                    return match extended {
+                        Ok(Ok(true)) => {
+                            *hold = to;
+                            Kept { result: None, extending: None }
+                        }
+                        Ok(Ok(false)) => Kept { result: None, extending: None },
+                        Ok(Err(_)) | Err(_) => Kept { result: None, extending: Some(to) },
+                    };
+                }
+            }
+        };
+        drop(extension);
+        match extended {
+            Ok(true) => {
+                *hold = to;
+                next = Instant::now() + every;
+            }
+            Ok(false) => {
+                lost = true;
+                tracing::warn!(
+                    "lease lost while the handler was running: its settlement will fail"
+                );
+            }
+            Err(error) => {
+                let retry_in = (every / 4).max(Duration::from_millis(5));
+                tracing::warn!(%error, ?retry_in, "lease extension failed; trying again");
+                next = Instant::now() + retry_in;
+            }
+        }
+        if let Some(result) = finished {
+            return Kept {
+                result: Some(result),
+                extending: None,
+            };
+        }
+    }
+}
+
+/// Awaits a batch's handler while extending the holds of its rows `ids` when they must be
+/// (the handler waits meanwhile). `None` when cancelled at the shutdown timeout.
+pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
+    q: &Live<DB, F>,
+    ids: &[i64],
+    batch: &mut F::Batch,
+    every: Option<(Duration, Instant)>,
+    mut handled: Pin<&mut impl Future<Output = T>>,
+) -> Option<T> {
+    let abort = &q.shared.abort;
+    let mut next = every.map(|(every, since)| since + every);
+    loop {
+        tokio::select! {
+            biased;
+            result = &mut handled => return Some(result),
+            () = abort.cancelled() => return None,
+            () = sleep_until(next) => {}
+        }
+        q.form.extend_batch(&q.conns, ids, batch).await;
+        next = every.map(|(every, _)| Instant::now() + every.max(Duration::from_millis(5)));
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
