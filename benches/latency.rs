@@ -17,7 +17,8 @@
 //! - **Allocations per delivery**: a drain on a current-thread runtime, counted by a counting
 //!   global allocator (`stats_alloc`: a std-only one needs `unsafe impl GlobalAlloc`, which the
 //!   package's `unsafe_code = "forbid"` refuses), for the crate and for a hand-written sqlx loop
-//!   running the crate's own lease statements (the driver's own share).
+//!   running the throughput bench's baseline lease statements (`benches/sql/baseline.rs`, one row
+//!   at a time: the driver's own share).
 //!
 //! ```sh
 //! export SQLX_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test
@@ -41,8 +42,6 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, SubsecRound as _, TimeDelta, Utc};
 use sqlx::{AssertSqlSafe, Connection as _, Pool};
-use sqlx_queue::private::statements;
-use sqlx_queue::state::{AttemptColumn, ClaimForm, FormOn};
 use sqlx_queue::{Backend, Delivery, Job, Outcome, Queue, Runner, Running, Table};
 use stats_alloc::{INSTRUMENTED_SYSTEM, Region, StatsAlloc};
 use tokio::sync::mpsc;
@@ -50,7 +49,35 @@ use tokio::sync::mpsc;
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
 
-type Q<DB> = sqlx::query::Query<'static, DB, <DB as sqlx::Database>::Arguments>;
+/// Mounts `$queue` (a claim form and the attempt column chosen) on `$runner` with a handler
+/// that reports to `$handler`; `$listen`: with `listen_notify()`. A macro, expanded where the
+/// database is known, so that the bench names none of the crate's typestate.
+macro_rules! mount {
+    ($db:ty, $runner:expr, $queue:expr, $handler:expr, $listen:expr $(,)?) => {{
+        let handler: Handler = $handler;
+        let queue = $queue;
+        let queue = if $listen {
+            queue.listen_notify()
+        } else {
+            queue
+        };
+        // One worker for the allocation drain (a plain loop to compare with), four otherwise.
+        let workers = if matches!(handler, Handler::Count(_)) {
+            1
+        } else {
+            4
+        };
+        $runner.mount(queue.workers(workers).handler(move |d: Delivery<$db>| {
+            handler.handle(d.id(), d.payload());
+            std::future::ready(Outcome::ack())
+        }))
+    }};
+}
+
+/// The baseline's statements, shared with the throughput bench (this one runs the lease form's).
+#[allow(dead_code)]
+#[path = "sql/baseline.rs"]
+mod sql;
 
 /// sqlx's `PoolOptions::test_before_acquire` for every pool (`--no-test-before-acquire`: off;
 /// sqlx's default pings an idle connection at each acquire).
@@ -146,16 +173,19 @@ trait Db: Backend {
         table: &Table,
         jobs: &[Job<'_>],
     ) -> impl Future<Output = sqlx_queue::Result<u64>> + Send;
-    fn bind_time(q: Q<Self>, v: DateTime<Utc>) -> Q<Self>;
-    fn bind_i64(q: Q<Self>, v: i64) -> Q<Self>;
-    fn exec(
+    /// The baseline's lease statements on `table`, in the order [`Db::lease_one`] runs them.
+    fn lease_texts(table: &str) -> Vec<Arc<str>>;
+    /// One claim and ack of the baseline's lease form, a batch of one row, on `conn` (a
+    /// connection that ran [`Db::session`]); `false` when nothing was left.
+    fn lease_one(
         conn: &mut Self::Connection,
-        q: Q<Self>,
-    ) -> impl Future<Output = sqlx::Result<u64>> + Send;
-    fn ids(
-        conn: &mut Self::Connection,
-        q: Q<Self>,
-    ) -> impl Future<Output = sqlx::Result<Vec<(i64, Vec<u8>)>>> + Send;
+        texts: &[Arc<str>],
+    ) -> impl Future<Output = sqlx::Result<bool>> + Send;
+    /// What the baseline runs once per connection (MySQL/MariaDB: READ COMMITTED).
+    fn session(conn: &mut Self::Connection) -> impl Future<Output = sqlx::Result<()>> + Send {
+        let _ = conn;
+        async { Ok(()) }
+    }
     fn mount_row_lock(runner: Runner<Self>, table: Table, handler: Handler) -> Runner<Self>;
 }
 
@@ -190,28 +220,31 @@ macro_rules! db_common {
         ) -> sqlx_queue::Result<u64> {
             table.enqueue_many(pool, jobs).await
         }
-
-        fn bind_time(q: Q<Self>, v: DateTime<Utc>) -> Q<Self> {
-            q.bind(v)
-        }
-
-        fn bind_i64(q: Q<Self>, v: i64) -> Q<Self> {
-            q.bind(v)
-        }
-
-        async fn exec(conn: &mut Self::Connection, q: Q<Self>) -> sqlx::Result<u64> {
-            Ok(q.execute(conn).await?.rows_affected())
-        }
-
-        async fn ids(conn: &mut Self::Connection, q: Q<Self>) -> sqlx::Result<Vec<(i64, Vec<u8>)>> {
-            use sqlx::Row as _;
-            q.fetch_all(conn)
-                .await?
-                .iter()
-                .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-                .collect()
-        }
     };
+}
+
+/// A claimed row: id, payload, attempt.
+type Claimed = (i64, Vec<u8>, i32);
+
+/// The token of a lease claimed now (the crate's default lease), to the microsecond.
+fn now_and_token() -> (DateTime<Utc>, DateTime<Utc>) {
+    let now = Utc::now().trunc_subsecs(6);
+    (now, now + TimeDelta::seconds(30))
+}
+
+fn text(sql: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
+    AssertSqlSafe(Arc::clone(sql))
+}
+
+/// Checks an ack deleted its row.
+fn deleted(n: u64, id: i64) -> sqlx::Result<()> {
+    if n == 1 {
+        Ok(())
+    } else {
+        Err(sqlx::Error::Protocol(format!(
+            "ack of {id} deleted {n} rows"
+        )))
+    }
 }
 
 impl Db for sqlx::Postgres {
@@ -240,8 +273,38 @@ impl Db for sqlx::Postgres {
 
     db_common!();
 
+    fn lease_texts(table: &str) -> Vec<Arc<str>> {
+        let texts = [
+            sql::postgres::lease_claim(table),
+            sql::postgres::lease_delete(table),
+        ];
+        texts.into_iter().map(Arc::from).collect()
+    }
+
+    async fn lease_one(conn: &mut Self::Connection, texts: &[Arc<str>]) -> sqlx::Result<bool> {
+        let (now, token) = now_and_token();
+        let rows: Vec<Claimed> = sqlx::query_as(text(&texts[0]))
+            .bind(token)
+            .bind(now)
+            .bind(1_i64)
+            .fetch_all(&mut *conn)
+            .await?;
+        let Some(&(id, _, _)) = rows.first() else {
+            return Ok(false);
+        };
+        let n = sqlx::query(text(&texts[1]))
+            .bind(vec![id])
+            .bind(token)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        deleted(n, id)?;
+        Ok(true)
+    }
+
     fn mount_row_lock(runner: Runner<Self>, table: Table, handler: Handler) -> Runner<Self> {
-        mount(
+        mount!(
+            Self,
             runner,
             Queue::table(table).row_lock().attempt("attempt"),
             handler,
@@ -273,8 +336,51 @@ impl Db for sqlx::MySql {
 
     db_common!();
 
+    async fn session(conn: &mut Self::Connection) -> sqlx::Result<()> {
+        sqlx::query(sql::mysql::SESSION).execute(conn).await?;
+        Ok(())
+    }
+
+    fn lease_texts(table: &str) -> Vec<Arc<str>> {
+        let texts = [
+            sql::mysql::lease_claim(table),
+            sql::mysql::lease_update(table, 1),
+            sql::mysql::lease_delete(table, 1),
+        ];
+        texts.into_iter().map(Arc::from).collect()
+    }
+
+    async fn lease_one(conn: &mut Self::Connection, texts: &[Arc<str>]) -> sqlx::Result<bool> {
+        let (now, token) = now_and_token();
+        let mut tx = conn.begin().await?;
+        let rows: Vec<Claimed> = sqlx::query_as(text(&texts[0]))
+            .bind(now)
+            .bind(1_i64)
+            .fetch_all(&mut *tx)
+            .await?;
+        let Some(&(id, _, _)) = rows.first() else {
+            tx.commit().await?;
+            return Ok(false);
+        };
+        sqlx::query(text(&texts[1]))
+            .bind(token)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        let n = sqlx::query(text(&texts[2]))
+            .bind(id)
+            .bind(token)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        deleted(n, id)?;
+        Ok(true)
+    }
+
     fn mount_row_lock(runner: Runner<Self>, table: Table, handler: Handler) -> Runner<Self> {
-        mount(
+        mount!(
+            Self,
             runner,
             Queue::table(table).row_lock().attempt("attempt"),
             handler,
@@ -310,6 +416,35 @@ impl Db for sqlx::Sqlite {
     }
 
     db_common!();
+
+    fn lease_texts(table: &str) -> Vec<Arc<str>> {
+        let texts = [
+            sql::sqlite::lease_claim(table),
+            sql::sqlite::lease_delete(table, 1),
+        ];
+        texts.into_iter().map(Arc::from).collect()
+    }
+
+    async fn lease_one(conn: &mut Self::Connection, texts: &[Arc<str>]) -> sqlx::Result<bool> {
+        let (now, token) = now_and_token();
+        let rows: Vec<Claimed> = sqlx::query_as(text(&texts[0]))
+            .bind(token)
+            .bind(now)
+            .bind(1_i64)
+            .fetch_all(&mut *conn)
+            .await?;
+        let Some(&(id, _, _)) = rows.first() else {
+            return Ok(false);
+        };
+        let n = sqlx::query(text(&texts[1]))
+            .bind(id)
+            .bind(token)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        deleted(n, id)?;
+        Ok(true)
+    }
 
     fn mount_row_lock(_: Runner<Self>, _: Table, _: Handler) -> Runner<Self> {
         unreachable!("SQLite has no row lock")
@@ -351,28 +486,6 @@ impl Handler {
     }
 }
 
-fn mount<DB: Backend, F>(
-    runner: Runner<DB>,
-    queue: Queue<F, AttemptColumn>,
-    handler: Handler,
-    listen: bool,
-) -> Runner<DB>
-where
-    F: ClaimForm + FormOn<DB>,
-{
-    let queue = if listen { queue.listen_notify() } else { queue };
-    // One worker for the allocation drain (a plain loop to compare with), four otherwise.
-    let workers = if matches!(handler, Handler::Count(_)) {
-        1
-    } else {
-        4
-    };
-    runner.mount(queue.workers(workers).handler(move |d: Delivery<DB>| {
-        handler.handle(d.id(), d.payload());
-        std::future::ready(Outcome::ack())
-    }))
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Form {
     RowLock,
@@ -399,13 +512,15 @@ fn mount_form<DB: Db>(
 ) -> Runner<DB> {
     let table = Table::new(table);
     match form {
-        Form::Lease => mount(
+        Form::Lease => mount!(
+            DB,
             runner,
             Queue::table(table).lease("locked_until").attempt("attempt"),
             handler,
             listen,
         ),
-        Form::Advisory => mount(
+        Form::Advisory => mount!(
+            DB,
             runner,
             Queue::table(table).advisory_lock().attempt("attempt"),
             handler,
@@ -677,88 +792,20 @@ async fn allocations_crate<DB: Db>(ctx: &Ctx, rows: usize) -> Result<(f64, f64),
     ))
 }
 
-/// The same over a hand-written loop running the crate's lease statements on one connection.
+/// The same over the baseline's lease loop (`benches/sql/baseline.rs`), one row at a time on
+/// one connection.
 async fn allocations_raw<DB: Db>(ctx: &Ctx, rows: usize) -> Result<(f64, f64), String> {
     let pool = ctx.fresh::<DB>().await?;
     ctx.fill::<DB>(&pool, rows).await?;
-    let all = statements(
-        DB::ID,
-        &Table::new(ctx.table.as_str()),
-        "lease",
-        Some("attempt"),
-        1,
-    )
-    .map_err(|e| e.to_string())?;
-    let find = |role: &str| all.iter().find(|s| s.role == role).cloned();
-    let claim = find("claim").ok_or("no claim")?;
-    let update = find("update_ids_1");
-    let finish = find("finish").ok_or("no finish")?;
-    let begin = (DB::ID == "mysql")
-        .then(|| {
-            statements(DB::ID, &Table::new("t"), "row_lock", None, 1)
-                .ok()?
-                .into_iter()
-                .find(|s| s.role == "begin")
-        })
-        .flatten()
-        .map(|s| Arc::<str>::from(s.sql.as_str()));
-    let sql = |s: &sqlx_queue::private::Statement| Arc::<str>::from(s.sql.as_str());
-    let (claim_sql, finish_sql) = (sql(&claim), sql(&finish));
-    let update_sql = update.as_ref().map(sql);
-    let bind = |q: Q<DB>, params: &[String], id: i64, now: DateTime<Utc>, token| {
-        params.iter().fold(q, |q, p| match p.as_str() {
-            "now" => DB::bind_time(q, now),
-            "new_token" | "token" => DB::bind_time(q, token),
-            "limit" => DB::bind_i64(q, 1),
-            _ => DB::bind_i64(q, id),
-        })
-    };
+    let texts = DB::lease_texts(&ctx.table);
     let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+    DB::session(&mut conn).await.map_err(|e| e.to_string())?;
     let mut region = None;
     let mut done = 0usize;
-    loop {
-        let now = Utc::now().trunc_subsecs(6);
-        let token = now + TimeDelta::seconds(30);
-        let claim_q = || {
-            bind(
-                sqlx::query::<DB>(AssertSqlSafe(Arc::clone(&claim_sql))),
-                &claim.params,
-                0,
-                now,
-                token,
-            )
-        };
-        let rows_claimed = match &begin {
-            None => DB::ids(&mut conn, claim_q()).await,
-            Some(begin) => {
-                let mut tx = conn
-                    .begin_with(AssertSqlSafe(Arc::clone(begin)))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let claimed = DB::ids(&mut tx, claim_q())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if let (Some((id, _)), Some(update), Some(update_sql)) =
-                    (claimed.first(), &update, &update_sql)
-                {
-                    let q = sqlx::query::<DB>(AssertSqlSafe(Arc::clone(update_sql)));
-                    DB::exec(&mut tx, bind(q, &update.params, *id, now, token))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                }
-                tx.commit().await.map_err(|e| e.to_string())?;
-                Ok(claimed)
-            }
-        }
-        .map_err(|e| e.to_string())?;
-        let Some((id, payload)) = rows_claimed.into_iter().next() else {
-            break;
-        };
-        drop(payload);
-        let q = sqlx::query::<DB>(AssertSqlSafe(Arc::clone(&finish_sql)));
-        DB::exec(&mut conn, bind(q, &finish.params, id, now, token))
-            .await
-            .map_err(|e| e.to_string())?;
+    while DB::lease_one(&mut conn, &texts)
+        .await
+        .map_err(|e| e.to_string())?
+    {
         done += 1;
         if done == 1 {
             region = Some(Region::new(GLOBAL));
@@ -966,7 +1013,7 @@ fn main() {
 
     println!(
         "\nAllocations per delivery (lease, 1 worker, current-thread runtime; the raw loop runs \
-         the same statements on one connection):\n"
+         the baseline's lease statements of the throughput bench on one connection):\n"
     );
     println!(
         "| database | crate allocs/delivery | crate bytes/delivery | raw allocs/job | \

@@ -1,0 +1,150 @@
+//! The baseline on MySQL and MariaDB.
+
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection as _, MySql, MySqlConnection};
+
+use super::{Claimed, Plan, expect, handle, now_and_token, settled, sql};
+use crate::drain::Progress;
+use crate::grid::Form;
+use crate::sql::mysql as text;
+
+pub(crate) async fn worker(
+    mut conn: PoolConnection<MySql>,
+    plan: &Plan,
+    progress: &Progress,
+) -> sqlx::Result<()> {
+    if plan.form != Form::Advisory {
+        sqlx::query(text::SESSION).execute(&mut *conn).await?;
+    }
+    match plan.form {
+        Form::RowLock => row_lock(&mut conn, plan, progress).await,
+        Form::Lease => lease(&mut conn, plan, progress).await,
+        Form::Advisory => advisory(&mut conn, plan, progress).await,
+    }
+}
+
+/// Binds each id, in order.
+macro_rules! bind_ids {
+    ($query:expr, $ids:expr) => {
+        $ids.iter().fold($query, |query, id| query.bind(*id))
+    };
+}
+
+/// `BEGIN`, claim, handle, `DELETE`, `COMMIT`.
+async fn row_lock(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    progress: &Progress,
+) -> sqlx::Result<()> {
+    let claim = plan.text(text::row_lock_claim);
+    let delete = plan.texts(text::delete);
+    while !progress.stopped() {
+        let mut tx = conn.begin().await?;
+        let rows: Vec<Claimed> = sqlx::query_as(sql(&claim))
+            .bind(plan.limit())
+            .fetch_all(&mut *tx)
+            .await?;
+        if rows.is_empty() {
+            return tx.commit().await;
+        }
+        let ids = handle(progress, &rows);
+        let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        expect(deleted, &ids, "DELETE")?;
+        tx.commit().await?;
+        settled(progress, &ids);
+    }
+    Ok(())
+}
+
+/// `BEGIN`, claim, `UPDATE`, `COMMIT`, handle, `DELETE`.
+async fn lease(conn: &mut MySqlConnection, plan: &Plan, progress: &Progress) -> sqlx::Result<()> {
+    let claim = plan.text(text::lease_claim);
+    let update = plan.texts(text::lease_update);
+    let delete = plan.texts(text::lease_delete);
+    while !progress.stopped() {
+        let (now, token) = now_and_token();
+        let mut tx = conn.begin().await?;
+        let rows: Vec<Claimed> = sqlx::query_as(sql(&claim))
+            .bind(now)
+            .bind(plan.limit())
+            .fetch_all(&mut *tx)
+            .await?;
+        if rows.is_empty() {
+            return tx.commit().await;
+        }
+        let ids: Vec<i64> = rows.iter().map(|row| row.0).collect();
+        let leased = bind_ids!(sqlx::query(sql(&update[ids.len() - 1])).bind(token), ids)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        expect(leased, &ids, "UPDATE")?;
+        tx.commit().await?;
+        handle(progress, &rows);
+        let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
+            .bind(token)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        expect(deleted, &ids, "DELETE")?;
+        settled(progress, &ids);
+    }
+    Ok(())
+}
+
+/// Lock, count, take, handle, `DELETE`, unlock.
+async fn advisory(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    progress: &Progress,
+) -> sqlx::Result<()> {
+    let lock = plan.text(text::advisory_lock);
+    let count = plan.texts(text::advisory_count);
+    let take = plan.texts(text::advisory_take);
+    let delete = plan.texts(text::delete);
+    let unlock = plan.texts(|_, n| text::advisory_unlock(n));
+    // Enough candidates for a full batch even when every other worker holds one.
+    let candidates = (plan.batch * plan.workers) as i64;
+    while !progress.stopped() {
+        let locked: Vec<i64> = sqlx::query_scalar(sql(&lock))
+            .bind(candidates)
+            .bind(plan.key_prefix.as_str())
+            .bind(plan.limit())
+            .fetch_all(&mut *conn)
+            .await?;
+        if locked.is_empty() {
+            return Ok(());
+        }
+        let n = locked.len();
+        bind_ids!(sqlx::query(sql(&count[n - 1])), locked)
+            .execute(&mut *conn)
+            .await?;
+        let rows: Vec<Claimed> = bind_ids!(sqlx::query_as(sql(&take[n - 1])), locked)
+            .fetch_all(&mut *conn)
+            .await?;
+        let ids = handle(progress, &rows);
+        if !ids.is_empty() {
+            let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            expect(deleted, &ids, "DELETE")?;
+        }
+        let names = locked.iter().map(|id| format!("{}{id}", plan.key_prefix));
+        let released: Option<i64> = names
+            .fold(sqlx::query_scalar(sql(&unlock[n - 1])), |q, name| {
+                q.bind(name)
+            })
+            .fetch_one(&mut *conn)
+            .await?;
+        if released != Some(n as i64) {
+            return Err(sqlx::Error::Protocol(format!(
+                "unlock of {locked:?}: {released:?} keys released"
+            )));
+        }
+        settled(progress, &ids);
+    }
+    Ok(())
+}
