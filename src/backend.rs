@@ -313,7 +313,9 @@ pub(crate) mod in_process {
 
     /// Takes a key; `false` when it is held already.
     pub(crate) fn take(table: u64, id: i64) -> bool {
-        keys().get_or_insert_with(Default::default).insert((table, id))
+        keys()
+            .get_or_insert_with(Default::default)
+            .insert((table, id))
     }
 
     /// How many keys of `table` are held.
@@ -325,7 +327,9 @@ pub(crate) mod in_process {
 
     /// Whether a key is held.
     pub(crate) fn holds(table: u64, id: i64) -> bool {
-        keys().as_ref().is_some_and(|keys| keys.contains(&(table, id)))
+        keys()
+            .as_ref()
+            .is_some_and(|keys| keys.contains(&(table, id)))
     }
 
     pub(super) fn release(table: u64, id: i64) {

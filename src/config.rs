@@ -156,8 +156,7 @@ impl QueueConfig {
                 "`.sqlite_mode(..)` is for SQLite: use `.isolation(..)`",
             ));
         }
-        let above_read_committed =
-            !matches!(self.isolation, None | Some(Isolation::ReadCommitted));
+        let above_read_committed = !matches!(self.isolation, None | Some(Isolation::ReadCommitted));
         if dialect == Dialect::MySql && self.form == FormKind::RowLock && above_read_committed {
             return Err(Error::unsupported(
                 queue,

@@ -443,7 +443,6 @@ fn bare(table: &str) -> Box<str> {
     name.trim_matches(['"', '`']).to_lowercase().into()
 }
 
-
 #[cfg(all(test, feature = "mysql"))]
 mod tests {
     use crate::backend::private::Driver as _;

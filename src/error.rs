@@ -150,7 +150,9 @@ pub enum Error {
     /// An advisory key the delivery held was not held when it was released: the session that
     /// held it was lost (killed, or its server restarted), so another runner may hold the row
     /// now. Its connection is closed.
-    #[error("queue `{queue}`: the advisory key of row {id} of `{table}` was not held at its release")]
+    #[error(
+        "queue `{queue}`: the advisory key of row {id} of `{table}` was not held at its release"
+    )]
     KeyLost {
         /// The queue the delivery came from.
         queue: String,

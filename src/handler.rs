@@ -100,8 +100,11 @@ where
 )]
 pub trait JsonHandler<DB: Backend, M: Mode, T>: Send + Sync + 'static {
     #[doc(hidden)]
-    fn call(&self, value: T, delivery: Delivery<DB, M>)
-    -> impl Future<Output = Outcome> + Send + 'static;
+    fn call(
+        &self,
+        value: T,
+        delivery: Delivery<DB, M>,
+    ) -> impl Future<Output = Outcome> + Send + 'static;
 }
 
 #[cfg(feature = "json")]
@@ -135,8 +138,11 @@ where
 )]
 pub trait RowHandler<DB: Backend, M: Mode, T>: Send + Sync + 'static {
     #[doc(hidden)]
-    fn call(&self, row: T, delivery: Delivery<DB, M>)
-    -> impl Future<Output = Outcome> + Send + 'static;
+    fn call(
+        &self,
+        row: T,
+        delivery: Delivery<DB, M>,
+    ) -> impl Future<Output = Outcome> + Send + 'static;
 }
 
 #[diagnostic::do_not_recommend]
@@ -149,7 +155,11 @@ where
     Fut: Future + Send + 'static,
     Fut::Output: IntoOutcome,
 {
-    fn call(&self, row: T, delivery: Delivery<DB, M>) -> impl Future<Output = Outcome> + Send + 'static {
+    fn call(
+        &self,
+        row: T,
+        delivery: Delivery<DB, M>,
+    ) -> impl Future<Output = Outcome> + Send + 'static {
         let future = self(row, delivery);
         async move { future.await.into_outcome() }
     }
@@ -216,6 +226,12 @@ pub trait CallBatch<DB: Backend>: Send + Sync + 'static {
              `Delivery<{DB}, ..>` before mounting"
 )]
 pub trait Handling<DB: Backend>: sealed::Sealed + Send + 'static {
+    /// The mode of the deliveries the handler takes. The queue checks it against its own at
+    /// mount ([`Serves`]), not when the handler is set: there rustc would settle a closure's mode
+    /// from the queue's before reading a function's signature, and report a raw signature
+    /// mismatch (E0631) instead of naming `.transactional()`.
+    #[doc(hidden)]
+    type Mode: Mode;
     #[doc(hidden)]
     fn accept<V: sealed::Visit<DB>>(self, visit: V) -> V::Output;
 }
@@ -391,6 +407,7 @@ impl<DB: Backend, F: BatchHandler<DB>> CallBatch<DB> for HandlesBatches<DB, F> {
 }
 
 impl<DB: Backend, M: Mode, F: Handler<DB, M>> Handling<DB> for Handles<DB, M, F> {
+    type Mode = M;
     fn accept<V: sealed::Visit<DB>>(self, visit: V) -> V::Output {
         visit.one(self)
     }
@@ -404,6 +421,7 @@ where
     T: serde::de::DeserializeOwned + Send + 'static,
     F: JsonHandler<DB, M, T>,
 {
+    type Mode = M;
     fn accept<V: sealed::Visit<DB>>(self, visit: V) -> V::Output {
         visit.one(self)
     }
@@ -416,12 +434,14 @@ where
     T: for<'r> sqlx::FromRow<'r, DB::Row> + Send + 'static,
     F: RowHandler<DB, M, T>,
 {
+    type Mode = M;
     fn accept<V: sealed::Visit<DB>>(self, visit: V) -> V::Output {
         visit.one(self)
     }
 }
 
 impl<DB: Backend, F: BatchHandler<DB>> Handling<DB> for HandlesBatches<DB, F> {
+    type Mode = Plain;
     fn accept<V: sealed::Visit<DB>>(self, visit: V) -> V::Output {
         visit.batch(self)
     }

@@ -1,6 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(test(attr(deny(warnings))))]
+#![doc(test(attr(deny(warnings), allow(dead_code))))]
 
 mod backend;
 mod backoff;
@@ -22,9 +22,9 @@ pub use config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, Mount, SqliteMode
 pub use delivery::{Delivery, Mode, Outcome, Plain, Transactional, TransactionalMode, Tx};
 pub use enqueue::Job;
 pub use error::{Error, Result, SchemaError};
-pub use handler::{BatchHandler, Handler, IntoOutcome, RowHandler};
 #[cfg(feature = "json")]
 pub use handler::JsonHandler;
+pub use handler::{BatchHandler, Handler, IntoOutcome, RowHandler};
 pub use inspect::{Counts, Inspect};
 pub use queue::{Queue, state};
 pub use runner::{

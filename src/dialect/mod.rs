@@ -184,7 +184,11 @@ pub(crate) fn identity<'a>(
         ),
         Dialect::Sqlite => (
             sqlite::IDENTITY,
-            vec![Value::Text(Some(bare)), Value::Text(schema), Value::Text(schema)],
+            vec![
+                Value::Text(Some(bare)),
+                Value::Text(schema),
+                Value::Text(schema),
+            ],
         ),
     };
     Ok(CatalogQuery { sql, values })
@@ -217,4 +221,3 @@ impl Claim {
         &updates[k.min(updates.len() - 1)]
     }
 }
-

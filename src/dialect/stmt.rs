@@ -90,7 +90,10 @@ impl Stmt {
     }
 
     /// The values its placeholders take from `args`, in order.
-    pub(crate) fn values<'s, 'a>(&'s self, args: &'s Args<'a>) -> impl Iterator<Item = Value<'a>> + 's {
+    pub(crate) fn values<'s, 'a>(
+        &'s self,
+        args: &'s Args<'a>,
+    ) -> impl Iterator<Item = Value<'a>> + 's {
         self.slots.iter().map(|slot| args.value(*slot))
     }
 

@@ -111,7 +111,12 @@ pub(crate) async fn read_identity<DB: Backend>(
     let query = backend::query::<DB>(SqlStr::from_static(identity.sql), identity.values);
     let found = backend::fetch_texts::<DB, 4>(conn, query).await?;
     let Some([first, second, third, _]) = found.into_iter().next() else {
-        return Err(Error::schema(queue, table, None, "the table does not exist"));
+        return Err(Error::schema(
+            queue,
+            table,
+            None,
+            "the table does not exist",
+        ));
     };
     Ok(match DB::DIALECT {
         Dialect::Postgres => Identity {

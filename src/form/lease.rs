@@ -63,10 +63,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             FormKind::RowLock | FormKind::Advisory => crate::config::DEFAULT_LEASE,
         };
         // One claim takes a row per free worker, or a batch.
-        let max_claim = config
-            .workers
-            .max(config.batch.unwrap_or(1))
-            .min(MAX_CLAIM);
+        let max_claim = config.workers.max(config.batch.unwrap_or(1)).min(MAX_CLAIM);
         let sql = dialect::lease(&checked.names, max_claim);
         super::schema::prepare_all::<DB>(conn, config, &sql.statements()).await?;
         Ok(LeaseForm {
@@ -113,7 +110,10 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             excluded,
             ..Args::default()
         };
-        on_conn(conns, async |conn| fetch_i64::<DB>(conn, &self.sql.next, &args).await).await
+        on_conn(conns, async |conn| {
+            fetch_i64::<DB>(conn, &self.sql.next, &args).await
+        })
+        .await
     }
 
     fn extend_every(&self, hold: &Token) -> Option<(Duration, Instant)> {
@@ -219,7 +219,11 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             Some(tx) => tx,
             None => HeldConn::new(conns.get().await?),
         };
-        let settled = match (self.checked.custom.get(outcome.0), &self.checked.dead, outcome.0) {
+        let settled = match (
+            self.checked.custom.get(outcome.0),
+            &self.checked.dead,
+            outcome.0,
+        ) {
             (Some(custom), _, _) => {
                 // The lease first: confirmed and locked in the transaction the custom SQL runs in.
                 if conn.depth() == 0 {
@@ -234,7 +238,9 @@ impl<DB: Backend> Form<DB> for LeaseForm {
                 held
             }
             (None, Some(dead), Settle::DeadLetter) => dead.run(&mut conn, &args).await?,
-            (None, _, settle) => execute::<DB>(&mut conn, self.statement(settle, id), &args).await? > 0,
+            (None, _, settle) => {
+                execute::<DB>(&mut conn, self.statement(settle, id), &args).await? > 0
+            }
         };
         if conn.depth() > 0 {
             if settled {

@@ -314,7 +314,10 @@ async fn end_session<DB: Backend>(conns: &Conns<DB>, session: i64) {
         Ok(Err(error)) => {
             tracing::warn!(%error, session, "could not end a cancelled delivery's session");
         }
-        Err(_) => tracing::warn!(session, "could not end a cancelled delivery's session in time"),
+        Err(_) => tracing::warn!(
+            session,
+            "could not end a cancelled delivery's session in time"
+        ),
     }
 }
 

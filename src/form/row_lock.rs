@@ -82,7 +82,10 @@ impl<DB: Backend> Form<DB> for RowLockForm {
             excluded,
             ..Args::default()
         };
-        on_conn(conns, async |conn| fetch_i64::<DB>(conn, &self.sql.next, &args).await).await
+        on_conn(conns, async |conn| {
+            fetch_i64::<DB>(conn, &self.sql.next, &args).await
+        })
+        .await
     }
 
     async fn lend(&self, _: &Conns<DB>, hold: &mut Held<DB>) -> Result<HeldConn<DB>> {

@@ -5,11 +5,9 @@ use super::Queue;
 use super::state::{BatchedDeliveries, NoHandlerYet, NotTransactional, SingleDeliveries};
 use crate::backend::Backend;
 use crate::delivery::Mode;
+use crate::handler::{BatchHandler, Handler, Handles, HandlesBatches, HandlesRows, RowHandler};
 #[cfg(feature = "json")]
 use crate::handler::{HandlesJson, JsonHandler};
-use crate::handler::{
-    BatchHandler, Handler, Handles, HandlesBatches, HandlesRows, RowHandler, Serves,
-};
 
 impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// The handler: an `async fn(Delivery<DB, M>) -> Outcome` (or a closure returning an
@@ -21,7 +19,6 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     where
         DB: Backend,
         HM: Mode,
-        M: Serves<HM>,
         B: SingleDeliveries,
         H: NoHandlerYet,
         Fun: Handler<DB, HM>,
@@ -41,7 +38,6 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     where
         DB: Backend,
         HM: Mode,
-        M: Serves<HM>,
         B: SingleDeliveries,
         H: NoHandlerYet,
         T: serde::de::DeserializeOwned + Send + 'static,
@@ -90,11 +86,13 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// # Ok(())
     /// # }
     /// ```
-    pub fn row_handler<DB, HM, T, Fun>(self, f: Fun) -> Queue<F, A, C, M, B, HandlesRows<DB, HM, T, Fun>>
+    pub fn row_handler<DB, HM, T, Fun>(
+        self,
+        f: Fun,
+    ) -> Queue<F, A, C, M, B, HandlesRows<DB, HM, T, Fun>>
     where
         DB: Backend,
         HM: Mode,
-        M: Serves<HM>,
         B: SingleDeliveries,
         H: NoHandlerYet,
         T: for<'r> sqlx::FromRow<'r, DB::Row> + Send + 'static,

@@ -337,4 +337,3 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self.with(|f| f, |a| a, |c| c, |_| Batched(n), |h| h)
     }
 }
-

@@ -6,7 +6,7 @@ use super::state::{AttemptState, BatchState, CapComplete, ClaimForm, FormOn};
 use crate::backend::Backend;
 use crate::config::{Mount, QueueConfig, sealed};
 use crate::delivery::Mode;
-use crate::handler::Handling;
+use crate::handler::{Handling, Serves};
 
 impl<F, A, C, M, B, H> sealed::Sealed for Queue<F, A, C, M, B, H> {}
 
@@ -19,7 +19,7 @@ where
     F: ClaimForm + FormOn<DB>,
     A: AttemptState,
     C: CapComplete,
-    M: Mode,
+    M: Mode + Serves<H::Mode>,
     B: BatchState,
     H: Handling<DB>,
 {

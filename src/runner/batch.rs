@@ -163,7 +163,12 @@ where
         .map(|((&id, &attempt), first)| {
             let outcome = match first {
                 Some(outcome) => outcome,
-                None => policy::outcome(q, id, attempt, Ok(outcomes.next().unwrap_or_else(Outcome::retry))),
+                None => policy::outcome(
+                    q,
+                    id,
+                    attempt,
+                    Ok(outcomes.next().unwrap_or_else(Outcome::retry)),
+                ),
             };
             (id, outcome)
         })

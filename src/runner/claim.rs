@@ -198,7 +198,11 @@ where
         // A claim in flight is never cancelled: its rows would stay claimed until their lease
         // expired. It is awaited, and its rows released if the runner stopped meanwhile.
         let excluded = q.quarantine.excluded();
-        let claimed = match q.form.claim(&q.conns, want, (0, q.workers), &excluded).await {
+        let claimed = match q
+            .form
+            .claim(&q.conns, want, (0, q.workers), &excluded)
+            .await
+        {
             Ok(claimed) => claimed,
             Err(failed) => {
                 drop(permits);

@@ -37,8 +37,13 @@ where
     run(q, handler, row, attempt, hold).instrument(span).await;
 }
 
-async fn run<DB, F, H>(q: &Live<DB, F>, handler: &H, row: ClaimedRow, attempt: u32, mut hold: F::Hold)
-where
+async fn run<DB, F, H>(
+    q: &Live<DB, F>,
+    handler: &H,
+    row: ClaimedRow,
+    attempt: u32,
+    mut hold: F::Hold,
+) where
     DB: Backend,
     F: Form<DB>,
     H: CallOne<DB>,
@@ -77,7 +82,8 @@ where
             }
         },
     };
-    let delivery = Delivery::<DB, H::Mode>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
+    let delivery =
+        Delivery::<DB, H::Mode>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
 
     // The handler's future lives in this block only: when it ends, what it held is dropped. The
     // call itself runs inside the guard too: a handler may panic before its first await.
@@ -116,7 +122,11 @@ where
     // rolls them back first, then settles as a plain delivery would.
     let mut own_tx = None;
     if let Some(conn) = tx {
-        match q.form.take_back(&q.conns, &mut hold, conn, outcome.0 == Settle::Ack).await {
+        match q
+            .form
+            .take_back(&q.conns, &mut hold, conn, outcome.0 == Settle::Ack)
+            .await
+        {
             Ok(conn) => own_tx = conn,
             Err(error) => {
                 Counters::add(&q.stats().failed, 1);

@@ -42,7 +42,10 @@ pub(super) trait Spawn<DB: Backend>: Send {
 }
 
 /// The launch of `handler` on a queue of `form`.
-pub(super) fn launch<DB: Backend, H: Handling<DB>>(form: &FormKind, handler: H) -> Box<dyn Launch<DB>> {
+pub(super) fn launch<DB: Backend, H: Handling<DB>>(
+    form: &FormKind,
+    handler: H,
+) -> Box<dyn Launch<DB>> {
     handler.accept(Pick { form: form.clone() })
 }
 
@@ -83,7 +86,11 @@ struct Batches<H>(H);
 
 /// How a handler of each kind serves a queue of form `F`: the loop it runs.
 trait Serve<DB: Backend, F: Form<DB>>: Send + 'static {
-    fn serve(self, queue: Arc<Live<DB, F>>, config: &QueueConfig) -> BoxFuture<'static, QueueReport>;
+    fn serve(
+        self,
+        queue: Arc<Live<DB, F>>,
+        config: &QueueConfig,
+    ) -> BoxFuture<'static, QueueReport>;
 }
 
 impl<DB: Backend, F: Form<DB>, H: CallOne<DB>> Serve<DB, F> for Single<H> {
@@ -93,7 +100,11 @@ impl<DB: Backend, F: Form<DB>, H: CallOne<DB>> Serve<DB, F> for Single<H> {
 }
 
 impl<DB: Backend, F: Form<DB>, H: CallBatch<DB>> Serve<DB, F> for Batches<H> {
-    fn serve(self, queue: Arc<Live<DB, F>>, config: &QueueConfig) -> BoxFuture<'static, QueueReport> {
+    fn serve(
+        self,
+        queue: Arc<Live<DB, F>>,
+        config: &QueueConfig,
+    ) -> BoxFuture<'static, QueueReport> {
         let size = config.batch.unwrap_or(1);
         Box::pin(batch::run(queue, Arc::new(self.0), size))
     }

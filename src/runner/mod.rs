@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 use crate::form::{self, Identity};
 use launch::Launch;
 use queue::Shared;
-pub use stats::{ShutdownReport, Stats};
 use stats::{Counters, QueueReport};
+pub use stats::{ShutdownReport, Stats};
 
 /// How often an idle queue looks for rows when nothing wakes it (default).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
@@ -175,7 +175,10 @@ impl<DB: Backend> Runner<DB> {
         channels.sort();
         channels.dedup();
         if !channels.is_empty() {
-            let names = channels.iter().map(|(channel, _)| channel.clone()).collect();
+            let names = channels
+                .iter()
+                .map(|(channel, _)| channel.clone())
+                .collect();
             if let Some(listener) = DB::listen(&self.pool, names).await? {
                 let stop = shared.stop.clone();
                 background.push(tokio::spawn(notify::relay(listener, channels, stop)));

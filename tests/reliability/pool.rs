@@ -61,7 +61,9 @@ async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
         panic!("a transactional queue of {WORKERS} workers on a pool of {WORKERS} started");
     };
     assert!(
-        error.to_string().contains(&format!("max_connections to {need}")),
+        error
+            .to_string()
+            .contains(&format!("max_connections to {need}")),
         "{error}"
     );
     if F::HOLDS {
@@ -76,7 +78,9 @@ async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
             );
         };
         assert!(
-            error.to_string().contains(&format!("max_connections to {need}")),
+            error
+                .to_string()
+                .contains(&format!("max_connections to {need}")),
             "{error}"
         );
     }

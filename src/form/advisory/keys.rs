@@ -99,7 +99,10 @@ mod tests {
         assert_ne!(jobs.key(7), mail.key(7));
         assert_ne!(jobs.key(7), jobs.key(8));
         assert_eq!(jobs.key(7) & 0xffff_ffff, 7);
-        assert_eq!(jobs.key(7) >> 32, Keys::of(Dialect::Postgres, "jobs").key(1) >> 32);
+        assert_eq!(
+            jobs.key(7) >> 32,
+            Keys::of(Dialect::Postgres, "jobs").key(1) >> 32
+        );
     }
 
     #[test]

@@ -13,8 +13,8 @@ use std::collections::VecDeque;
 
 use chrono::{DateTime, Utc};
 
-pub(crate) use keys::fnv1a_32;
 use keys::Keys;
+pub(crate) use keys::fnv1a_32;
 
 use super::{
     Checked, ClaimFailed, Conns, Form, Held, Returned, execute, fetch_claimed, fetch_i64,
@@ -110,7 +110,9 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
     ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), ClaimFailed> {
         let now = self.checked.clock.now();
         let mut conn = HeldConn::new(conns.get().await?);
-        let mut candidates = self.candidates::<DB>(&mut conn, size, now, excluded).await?;
+        let mut candidates = self
+            .candidates::<DB>(&mut conn, size, now, excluded)
+            .await?;
         let mut rows = Vec::with_capacity(size);
         while rows.len() < size {
             match self.take::<DB>(&mut conn, &mut candidates, now).await? {
