@@ -293,7 +293,7 @@ fn pairs(w: &mut SqlWriter, n: &Names, lease: &str, count: u16) {
 }
 
 /// `id IN (?, ..)` of `count` ids.
-fn ids(w: &mut SqlWriter, n: &Names, count: u16) {
+pub(super) fn ids(w: &mut SqlWriter, n: &Names, count: u16) {
     w.push(&n.id).push(" IN (");
     for i in 0..count {
         if i > 0 {

@@ -301,6 +301,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         conns: &Conns<DB>,
         settlements: &[(i64, Outcome)],
         tokens: Vec<Token>,
+        _: bool,
     ) -> Result<Vec<Result<()>>, (Option<i64>, Error)> {
         let rows = settlements
             .iter()

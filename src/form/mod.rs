@@ -188,12 +188,15 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     }
 
     /// Settles a batch: one result per row, in order, or the batch's rollback and the row whose
-    /// statement failed, where one did.
+    /// statement failed, where one did. A form may settle rows of one outcome with one
+    /// statement; `one_by_one` asks for a statement per row, which names the row that fails
+    /// (after a batch whose set statement failed).
     fn settle_batch(
         &self,
         conns: &Conns<DB>,
         settlements: &[(i64, Outcome)],
         batch: Self::Batch,
+        one_by_one: bool,
     ) -> impl Future<Output = Result<Vec<Result<()>>, (Option<i64>, Error)>> + Send;
 
     /// Releases row `id` unsettled, at once: whether it was still held. A connection whose

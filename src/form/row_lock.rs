@@ -10,7 +10,7 @@ use super::{
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
 use crate::delivery::{Outcome, Settle};
-use crate::dialect::{self, Args, RowLockSql, Stmt};
+use crate::dialect::{self, Args, MAX_FINISH, RowLockSql, Stmt};
 use crate::error::{Error, Result};
 
 /// The row lock form of one mounted queue.
@@ -42,6 +42,8 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         }
         let mut statements = vec![&sql.claim, &sql.claim_excluding, &sql.next, &sql.finish];
         statements.extend(sql.retry.iter().chain(&sql.retry_after));
+        statements.extend(sql.finish_many.iter().flatten());
+        statements.extend(sql.retry_many.iter().flatten());
         super::schema::prepare_all::<DB>(conn, config, &statements).await?;
         Ok(RowLockForm { sql, checked })
     }
@@ -153,21 +155,20 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         conns: &Conns<DB>,
         settlements: &[(i64, Outcome)],
         mut conn: HeldConn<DB>,
+        one_by_one: bool,
     ) -> Result<Vec<Result<()>>, (Option<i64>, Error)> {
-        let mut failed = None;
-        for &(id, outcome) in settlements {
-            if let Err(error) = self.apply::<DB>(&mut conn, id, outcome).await {
-                failed = Some((Some(id), error));
-                break;
-            }
-        }
-        let failed = match failed {
-            None => conn
+        let applied = if one_by_one {
+            self.apply_each::<DB>(&mut conn, settlements).await
+        } else {
+            self.apply_sets::<DB>(&mut conn, settlements).await
+        };
+        let failed = match applied {
+            Ok(()) => conn
                 .commit()
                 .await
                 .err()
                 .map(|error| (None, Error::from(error))),
-            Some(failed) => {
+            Err(failed) => {
                 // Dropped unsettled if the rollback fails: the server rolls back.
                 let _ = conn.rollback().await;
                 Some(failed)
@@ -262,6 +263,71 @@ impl RowLockForm {
         }
         rows.sort_unstable_by_key(|row| row.id);
         Ok((rows, conn))
+    }
+
+    /// Runs each row's settlement statement in the claim's transaction: the first that fails
+    /// names its row.
+    async fn apply_each<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        settlements: &[(i64, Outcome)],
+    ) -> Result<(), (Option<i64>, Error)> {
+        for &(id, outcome) in settlements {
+            self.apply::<DB>(conn, id, outcome)
+                .await
+                .map_err(|error| (Some(id), error))?;
+        }
+        Ok(())
+    }
+
+    /// Runs a batch's settlements in the claim's transaction with one statement per outcome
+    /// kind — acks and drops, retries — for up to [`MAX_FINISH`] rows each; the rest (a delay, a
+    /// dead letter, a custom statement) row by row. A set statement that fails names no row.
+    /// Where the database has no set statements (MySQL/MariaDB), row by row.
+    async fn apply_sets<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        settlements: &[(i64, Outcome)],
+    ) -> Result<(), (Option<i64>, Error)> {
+        let checked = &self.checked;
+        if self.sql.finish_many.is_none() {
+            return self.apply_each::<DB>(conn, settlements).await;
+        }
+        let (mut finish, mut retry, mut each) = (Vec::new(), Vec::new(), Vec::new());
+        for &(id, outcome) in settlements {
+            match outcome.0 {
+                _ if checked.custom.get(outcome.0).is_some() => each.push((id, outcome)),
+                Settle::Ack | Settle::Drop | Settle::Undecodable => finish.push(id),
+                Settle::DeadLetter if checked.dead.is_none() => {
+                    no_dead_letter(&checked.table, id);
+                    finish.push(id);
+                }
+                // Without an attempt column a retry leaves the row as it was.
+                Settle::Retry if self.sql.retry_many.is_none() => {}
+                Settle::Retry => retry.push(id),
+                Settle::DeadLetter | Settle::RetryAfter(_) => each.push((id, outcome)),
+            }
+        }
+        let now = Some(checked.clock.now());
+        let sets = [
+            (finish, self.sql.finish_many.as_ref()),
+            (retry, self.sql.retry_many.as_ref()),
+        ];
+        for (ids, statements) in sets {
+            let Some(statements) = statements else { continue };
+            for chunk in ids.chunks(MAX_FINISH) {
+                let stmt = &statements[chunk.len().next_power_of_two().trailing_zeros() as usize];
+                let args = Args {
+                    ids: chunk,
+                    now,
+                    ..Args::default()
+                };
+                execute::<DB>(conn, stmt, &args)
+                    .await
+                    .map_err(|error| (None, Error::from(error)))?;
+            }
+        }
+        self.apply_each::<DB>(conn, &each).await
     }
 
     /// Runs row `id`'s settlement statement in the claim's transaction, without ending it:

@@ -173,7 +173,8 @@ where
             (id, outcome)
         })
         .collect();
-    match q.form.settle_batch(&q.conns, &settlements, batch).await {
+    let one_by_one = q.quarantine.take_suspects(&ids);
+    match q.form.settle_batch(&q.conns, &settlements, batch, one_by_one).await {
         Ok(results) => {
             for (&(id, outcome), result) in settlements.iter().zip(results) {
                 policy::settled(q, id, outcome, result);
@@ -182,10 +183,15 @@ where
         Err((row, error)) => {
             Counters::add(&q.stats().failed, settlements.len() as u64);
             tracing::error!(%error, "the batch returns to the queue as it was");
-            // The row whose statement failed is held back; the others come again at once.
-            if let Some(id) = row {
-                q.quarantine
-                    .hold_back(&q.label, id, "its settlement in a batch", &error);
+            // The row whose statement failed is held back; the others come again at once. A
+            // statement of many rows names none: the next batch with one of them settles row by
+            // row, and names it.
+            match row {
+                Some(id) => {
+                    q.quarantine
+                        .hold_back(&q.label, id, "its settlement in a batch", &error);
+                }
+                None => q.quarantine.suspect(&ids),
             }
         }
     }

@@ -6,7 +6,7 @@
 //! Claims pass over at most [`MAX_EXCLUDED`] held rows, those held longest (the rows that failed
 //! most); a row beyond them that a claim finds again is isolated again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -30,6 +30,9 @@ struct Held {
 #[derive(Debug, Default)]
 pub(crate) struct Quarantine {
     rows: Mutex<HashMap<i64, Held>>,
+    /// Rows of a batch whose set statement failed, naming no row: the next batch that has one
+    /// settles row by row, which names the row that fails.
+    suspects: Mutex<HashSet<i64>>,
 }
 
 impl Quarantine {
@@ -81,6 +84,24 @@ impl Quarantine {
         if !rows.is_empty() {
             rows.remove(&id);
         }
+    }
+
+    /// Marks `ids` as suspects: a set statement settling them failed.
+    pub(crate) fn suspect(&self, ids: &[i64]) {
+        let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+        if suspects.len() + ids.len() > REMEMBERED {
+            suspects.clear();
+        }
+        suspects.extend(ids);
+    }
+
+    /// Whether any of `ids` is a suspect (then settled row by row); forgets them.
+    pub(crate) fn take_suspects(&self, ids: &[i64]) -> bool {
+        let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
+        if suspects.is_empty() {
+            return false;
+        }
+        ids.iter().fold(false, |any, id| suspects.remove(id) || any)
     }
 
     /// The rows held back now, at most [`MAX_EXCLUDED`]: those held longest.

@@ -191,6 +191,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         conns: &Conns<DB>,
         settlements: &[(i64, Outcome)],
         mut conn: HeldConn<DB>,
+        _: bool,
     ) -> Result<Vec<Result<()>>, (Option<i64>, Error)> {
         let mut results = Vec::with_capacity(settlements.len());
         for &(id, outcome) in settlements {
