@@ -26,7 +26,7 @@ use crate::table::{Value, table_parts};
 
 pub(crate) use common::MAX_EXCLUDED;
 pub(crate) use custom::custom;
-pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
+pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect, requeue};
 pub(crate) use enqueue::EnqueueSql;
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
 pub(crate) use lease::{FinishMany, LeaseSql, MAX_FINISH};
