@@ -539,6 +539,8 @@ fn percentiles(mut ms: Vec<f64>) -> Option<(f64, f64, f64, f64, usize)> {
         return None;
     }
     ms.sort_by(f64::total_cmp);
+    // The nearest rank, ceil(len * p) with p in 0..=1: never negative, never past len.
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     let at = |p: f64| ms[(((ms.len() as f64) * p).ceil() as usize).clamp(1, ms.len()) - 1];
     Some((at(0.5), at(0.95), at(0.99), ms[ms.len() - 1], ms.len()))
 }

@@ -1,29 +1,29 @@
 //! Enqueueing jobs through the table description, on any sqlx connection or transaction, so a
 //! job commits with the data it serves — and waking the queues of its table in this process.
 //!
-//! In-process wake-ups find queues by their table's bare name, case folded: `jobs`,
-//! `public.jobs` and `"public"."jobs"` wake each other. Two tables of one name in two schemas
-//! wake each other too, which costs a claim that finds nothing, never a missed row.
+//! What an insert refuses, and what a server's refusal means, is apart in `refuse`; the
+//! in-process wake-ups are apart in `wake`, where the runner registers its queues too.
+
+mod refuse;
+mod wake;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, Executor, SqlSafeStr as _};
-use tokio::sync::Notify;
 
 use crate::backend::{self, Backend, Clock};
 use crate::dialect::{self, Args, EnqueueSql, Names};
-use crate::error::{Error, Result, SchemaError};
-use crate::table::{Dialect, PayloadType, Table, Value, table_parts};
+use crate::error::{Error, Result};
+use crate::table::{Dialect, Table, Value};
+
+pub(crate) use wake::{wake, wakes};
 
 /// Statements of a bulk enqueue take at most this many bound values (every database allows
 /// more than 30,000).
 const MAX_VALUES: usize = 30_000;
-
-/// The largest `max_allowed_packet` of MySQL/MariaDB: 1 GiB.
-const MYSQL_MAX_PACKET: usize = 1 << 30;
 
 /// The enqueue statement of each table and database, rendered once.
 static RENDERED: Mutex<Option<Rendered>> = Mutex::new(None);
@@ -304,200 +304,5 @@ impl Table {
         1 + usize::from(self.group.is_some())
             + usize::from(self.retry_after.is_some())
             + usize::from(self.priority.is_some())
-    }
-
-    /// Refuses, before sending it, a statement of `bytes` that MySQL/MariaDB could never take:
-    /// `max_allowed_packet` is at most 1 GiB.
-    fn refuse_too_large<DB: Backend>(&self, bytes: usize) -> Result<()> {
-        if DB::DIALECT == Dialect::MySql && bytes > MYSQL_MAX_PACKET {
-            return Err(Error::PayloadTooLarge {
-                table: self.name.clone(),
-                bytes: bytes as u64,
-                setting: "max_allowed_packet",
-                source: None,
-            });
-        }
-        Ok(())
-    }
-
-    /// The insert's error, or a clearer one where the driver's words would not say what is
-    /// wrong.
-    ///
-    /// The executor is the caller's (often its transaction) and the insert consumes it, so
-    /// nothing can be asked of the server first (its `max_allowed_packet`, SQLite's attached
-    /// databases); the server's answer is read instead. A statement larger than
-    /// `max_allowed_packet` gets error 1153 or a closed connection from MySQL/MariaDB, where the
-    /// driver says "Connection reset by peer" ([`Backend`]'s `too_large` says which answers are
-    /// taken for it); a table qualified PostgreSQL's way (`public.jobs`) gets "no such table" or
-    /// "unknown database" from SQLite.
-    fn explain<DB: Backend>(&self, error: sqlx::Error, statement: &str, bytes: usize) -> Error {
-        if let Some(setting) = DB::too_large(&error, bytes) {
-            return Error::PayloadTooLarge {
-                table: self.name.clone(),
-                bytes: bytes as u64,
-                setting,
-                source: Some(error),
-            };
-        }
-        let qualified = match (DB::DIALECT, table_parts(&self.name)) {
-            (Dialect::Sqlite, Ok((Some(schema), bare))) => Some((schema, bare)),
-            _ => None,
-        };
-        let message = match &error {
-            sqlx::Error::Database(e) => e.message(),
-            _ => "",
-        };
-        let Some((schema, bare)) = qualified else {
-            return Error::Database(error);
-        };
-        let reason = if message.starts_with("unknown database") {
-            dialect::sqlite_qualified(schema, bare, Some(&[]))
-        } else if message == format!("no such table: {schema}.{bare}") {
-            dialect::sqlite_qualified(schema, bare, None)
-        } else {
-            return Error::Database(error);
-        };
-        Error::Schema(Box::new(SchemaError {
-            queue: self.name.clone(),
-            table: self.name.clone(),
-            column: None,
-            statement: Some(statement.to_owned()),
-            reason,
-            source: Some(error),
-        }))
-    }
-
-    /// Refuses a job this table cannot hold.
-    fn check(&self, job: &Job<'_>) -> Result<()> {
-        let refuse = |reason: String| Err(Error::invalid_job(&self.name, reason));
-        match (&self.group, &job.group) {
-            (Some(column), None) => refuse(format!(
-                "table `{}` has the group column `{column}`: give the job its group with \
-                 `Job::group(..)`",
-                self.name
-            )),
-            (None, Some(group)) => refuse(format!(
-                "the job is for group {group:?}, but table `{}` has no group column",
-                self.name
-            )),
-            _ if job.delay.is_some() && self.retry_after.is_none() => refuse(format!(
-                "a delayed job needs a retry_after column, and table `{}` has none",
-                self.name
-            )),
-            _ if self.payload_type != PayloadType::Bytes
-                && (std::str::from_utf8(&job.payload).is_err() || job.payload.contains(&0)) =>
-            {
-                refuse(format!(
-                    "the payload column `{}` of table `{}` holds text ({:?}): the job's payload \
-                     is not UTF-8 text without NUL bytes",
-                    self.payload, self.name, self.payload_type
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// A running queue's entry in the wake-ups of this process.
-struct Entry {
-    table: Box<str>,
-    group: Option<Box<str>>,
-    notify: Weak<Notify>,
-}
-
-static QUEUES: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
-
-/// Registers a running queue: it is woken for as long as the returned `Notify` lives.
-pub(crate) fn wakes(table: &str, group: Option<&str>) -> Arc<Notify> {
-    let notify = Arc::new(Notify::new());
-    let table = bare(table);
-    let mut queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
-    queues.retain(|entry| entry.notify.strong_count() > 0);
-    queues.push(Entry {
-        table,
-        group: group.map(Into::into),
-        notify: Arc::downgrade(&notify),
-    });
-    notify
-}
-
-/// Wakes every queue of `table` serving `group` (every queue of the table when `group` is
-/// `None`). A queue that is busy keeps the wake-up for its next wait.
-pub(crate) fn wake(table: &str, group: Option<&str>) {
-    let table = bare(table);
-    let queues = QUEUES.lock().unwrap_or_else(|e| e.into_inner());
-    for entry in queues.iter() {
-        let same_group = group.is_none() || entry.group.as_deref() == group;
-        if *entry.table == *table
-            && same_group
-            && let Some(notify) = entry.notify.upgrade()
-        {
-            notify.notify_one();
-        }
-    }
-}
-
-/// The table's name without its schema and quotes, case folded.
-fn bare(table: &str) -> Box<str> {
-    let name = table.rsplit('.').next().unwrap_or(table);
-    name.trim_matches(['"', '`']).to_lowercase().into()
-}
-
-#[cfg(all(test, feature = "mysql"))]
-mod tests {
-    use crate::backend::private::Driver as _;
-    use crate::error::Error;
-    use crate::table::Table;
-
-    #[test]
-    fn a_statement_larger_than_any_max_allowed_packet_is_not_sent() {
-        let table = Table::new("jobs");
-        table.refuse_too_large::<sqlx::MySql>(1 << 30).unwrap();
-        let refused = table.refuse_too_large::<sqlx::MySql>((1 << 30) + 1);
-        assert!(
-            matches!(refused, Err(Error::PayloadTooLarge { bytes, source: None, .. }) if bytes == (1 << 30) + 1),
-            "{refused:?}"
-        );
-        #[cfg(feature = "sqlite")]
-        table
-            .refuse_too_large::<sqlx::Sqlite>((1 << 30) + 1)
-            .unwrap();
-    }
-
-    #[test]
-    fn a_broken_connection_is_taken_for_a_large_statement_from_one_mebibyte() {
-        use std::io::{Error as Io, ErrorKind};
-        let reset = || sqlx::Error::Io(Io::from(ErrorKind::ConnectionReset));
-        assert_eq!(
-            sqlx::MySql::too_large(&reset(), 1 << 20),
-            Some("max_allowed_packet")
-        );
-        assert_eq!(sqlx::MySql::too_large(&reset(), 1000), None);
-        let refused = sqlx::Error::Io(Io::from(ErrorKind::ConnectionRefused));
-        assert_eq!(sqlx::MySql::too_large(&refused, 1 << 20), None);
-        #[cfg(feature = "sqlite")]
-        assert_eq!(sqlx::Sqlite::too_large(&reset(), 1 << 20), None);
-    }
-}
-
-#[cfg(test)]
-mod wake_tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[tokio::test]
-    async fn a_wake_reaches_its_table_and_group_only() {
-        let mail = wakes("wake_test_jobs", Some("mail"));
-        let sms = wakes("wake_test_jobs", Some("sms"));
-        wake("wake_test_jobs", Some("mail"));
-        tokio::time::timeout(Duration::from_secs(1), mail.notified())
-            .await
-            .expect("the mail queue is woken");
-        let woken = tokio::time::timeout(Duration::from_millis(20), sms.notified()).await;
-        assert!(woken.is_err(), "the sms queue is not woken");
-        wake("public.\"Wake_test_jobs\"", Some("sms"));
-        tokio::time::timeout(Duration::from_secs(1), sms.notified())
-            .await
-            .expect("another spelling of the table wakes its queue");
     }
 }

@@ -146,13 +146,12 @@ impl Table {
                 "requeue_dead needs the queue's dead letter: `Inspect::dead_letter(..)`",
             ));
         };
-        let sql = dialect::inspect(&names, Some(&target));
         let args = Args {
             group: queue.group,
             dead_group: dead_group(queue),
             ..Args::default()
         };
-        match sql.requeue.expect("a requeue for a dead letter") {
+        match dialect::requeue(&names, &target) {
             DeadSql::One(stmt) => Ok(A::Database::execute(&mut conn, query(&stmt, &args)).await?),
             DeadSql::CopyDelete { copy, delete } => {
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;

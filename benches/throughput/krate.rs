@@ -43,7 +43,9 @@ pub(crate) use mount;
 /// One drain by the crate; `counted`: with its statements counted (and its rate not kept).
 pub(crate) async fn run<DB: Db>(ctx: &Ctx, cell: Cell, counted: bool) -> Result<Sample, String> {
     let min_id = ctx.fill::<DB>(cell.rows).await?;
-    let pool = ctx.pool::<DB>(cell.workers as u32 + 1, counted).await?;
+    let size = u32::try_from(cell.workers + 1)
+        .map_err(|_| format!("{} workers: too many for a pool", cell.workers))?;
+    let pool = ctx.pool::<DB>(size, counted).await?;
     let progress = Arc::new(Progress::new(min_id, cell.rows));
     let mut runner = Runner::new(pool.clone());
     if let Some(poll) = ctx.poll {

@@ -19,7 +19,7 @@ pub(crate) enum Decision {
 /// The outcome of delivery `attempt` of row `id`: 55 % ack, 20 % retry, 10 % retry after 10 to
 /// 60 ms, 15 % drop — the same in every process for the same `seed`.
 pub(crate) fn decide(seed: u64, id: i64, attempt: u32) -> Decision {
-    let roll = mix(seed ^ mix(id as u64) ^ mix(u64::from(attempt) << 48));
+    let roll = mix(seed ^ mix(id.cast_unsigned()) ^ mix(u64::from(attempt) << 48));
     match roll % 100 {
         0..55 => Decision::Ack,
         55..75 => Decision::Retry,

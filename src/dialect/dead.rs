@@ -116,7 +116,7 @@ pub(crate) fn dead_letter(n: &Names, target: &DeadTarget, guarded: bool) -> Dead
     }
 }
 
-/// The statements that count a queue's rows and bring its dead rows back.
+/// The statements that count a queue's rows (its dead rows come back by [`requeue`]).
 #[derive(Debug, Clone)]
 pub(crate) struct InspectSql {
     /// Rows claimable now.
@@ -127,8 +127,6 @@ pub(crate) struct InspectSql {
     pub(crate) in_work: Option<Stmt>,
     /// Rows in the dead letter (absent without one).
     pub(crate) dead: Option<Stmt>,
-    /// Moves every dead row of the queue back, attempt reset (absent without a dead letter).
-    pub(crate) requeue: Option<DeadSql>,
 }
 
 fn count(n: &Names, table: &str, conditions: impl FnOnce(&mut SqlWriter)) -> Stmt {
@@ -189,7 +187,6 @@ pub(crate) fn inspect(n: &Names, target: Option<&DeadTarget>) -> InspectSql {
         delayed,
         in_work,
         dead,
-        requeue: target.map(|target| requeue(n, target)),
     }
 }
 
@@ -205,7 +202,8 @@ fn reset(n: &Names, column: &str) -> Option<&'static str> {
     }
 }
 
-fn requeue(n: &Names, target: &DeadTarget) -> DeadSql {
+/// Moves every dead row of the queue back to it from `target`, attempt reset.
+pub(crate) fn requeue(n: &Names, target: &DeadTarget) -> DeadSql {
     match target {
         DeadTarget::Group => {
             let group = n

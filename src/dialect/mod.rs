@@ -7,9 +7,11 @@
 mod common;
 mod custom;
 mod dead;
+mod enqueue;
 mod held;
 #[cfg(feature = "internals")]
 pub mod internals;
+mod lease;
 mod mysql;
 mod names;
 mod postgres;
@@ -22,10 +24,12 @@ use crate::error::Result;
 pub(crate) use crate::table::Dialect;
 use crate::table::{Value, table_parts};
 
-pub(crate) use common::{EnqueueSql, FinishMany, LeaseSql, MAX_EXCLUDED, MAX_FINISH};
+pub(crate) use common::MAX_EXCLUDED;
 pub(crate) use custom::custom;
-pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect};
+pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect, requeue};
+pub(crate) use enqueue::EnqueueSql;
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
+pub(crate) use lease::{FinishMany, LeaseSql, MAX_FINISH};
 pub(crate) use names::Names;
 pub(crate) use stmt::{Args, Slot, SqlWriter, Stmt};
 pub(crate) use types::{Kind, attempt_max, holds};
@@ -89,7 +93,7 @@ pub(crate) fn lease(names: &Names, max_claim: usize) -> LeaseSql {
         Dialect::Sqlite => sqlite::lease_claim(names),
     };
     let excluding = names.excluding();
-    common::lease(
+    lease::lease(
         names,
         claim(names),
         claim(&excluding),
@@ -111,12 +115,12 @@ pub(crate) fn row_by_id(n: &Names) -> Stmt {
 
 /// Renders the enqueue statement for `names`.
 pub(crate) fn enqueue(names: &Names) -> EnqueueSql {
-    common::enqueue(names, names.dialect != Dialect::MySql)
+    enqueue::enqueue(names, names.dialect != Dialect::MySql)
 }
 
 /// Renders the `INSERT` of `rows` jobs in one statement.
 pub(crate) fn enqueue_many(names: &Names, rows: usize) -> String {
-    common::enqueue_many(names, rows)
+    enqueue::enqueue_many(names, rows)
 }
 
 /// The statement that starts a MySQL/MariaDB claim's transaction (at READ COMMITTED, so its

@@ -1,6 +1,7 @@
 //! MySQL and MariaDB statement text.
 
-use super::common::{claimable, lease_set, order};
+use super::common::{claimable, order};
+use super::lease::lease_set;
 use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
 use crate::table::Dialect;
 

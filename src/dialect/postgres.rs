@@ -1,6 +1,7 @@
 //! PostgreSQL statement text.
 
-use super::common::{claimable, lease_set, order};
+use super::common::{claimable, order};
+use super::lease::lease_set;
 use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
 
 /// The columns of a table: name, type, `YES` when it takes NULL, and how an insert that leaves

@@ -1,6 +1,7 @@
 //! SQLite statement text.
 
-use super::common::{claimable, lease_set, order};
+use super::common::{claimable, order};
+use super::lease::lease_set;
 use super::{Claim, Kind, Names, Slot};
 
 /// The columns of a table: name, declared type, `YES` when it takes NULL, and how an insert that

@@ -7,31 +7,40 @@
 //! | a row is held by ([`Form::Hold`]) | its lease token | the claim's transaction | a session lock on its key |
 //! | a claim takes | a row for every free worker | one row, for one worker | one row, for one worker |
 //! | a transactional handler writes in | a transaction of its own | a savepoint of the claim's | a transaction on the key's session |
+//!
+//! What several forms share sits beside them: [`Held`] (the connection of a form that keeps one
+//! per delivery), the settlement's pieces (`settle`), running a statement (`exec`), and the
+//! checks and catalog reads at start (`schema`, `catalog`).
 
 pub(crate) mod advisory;
 mod catalog;
 mod conns;
 mod dead_table;
+mod exec;
+mod held;
 pub(crate) mod lease;
 pub(crate) mod row_lock;
 mod schema;
+mod settle;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::Connection as _;
 use tokio::time::Instant;
 
 use crate::backend::{self, Backend, ClaimedRow, HeldConn};
-use crate::config::{Event, QueueConfig};
-use crate::delivery::{Outcome, Settle};
-use crate::dialect::{Args, DeadSql, Stmt};
+use crate::config::QueueConfig;
+use crate::delivery::Outcome;
 use crate::error::{Error, Result};
 
 pub(crate) use catalog::Identity;
 pub(crate) use conns::Conns;
+pub(crate) use exec::{
+    execute, fetch_claimed, fetch_i64, fetch_i64s, fetch_row, in_transaction, on_conn,
+};
+pub(crate) use held::Held;
 pub(crate) use schema::{Checked, Server, check, measure_server};
+pub(crate) use settle::{Custom, Dead, no_dead_letter, no_retry_after, settlement_args};
 
 /// How long a delivery cancelled at the shutdown timeout waits for each statement that returns
 /// its row (a lease extension in flight, the release, ending its server session) before it gives
@@ -249,81 +258,6 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Returned> + Send;
 }
 
-/// What holds a row of the forms that hold a connection per delivery: that connection (the
-/// claim's transaction, the row's key) — away while a transactional handler has it — and its
-/// server session, where the claim read it (to end it if the delivery is cancelled).
-#[derive(Debug)]
-pub(crate) struct Held<DB: Backend> {
-    conn: Option<HeldConn<DB>>,
-    session: Option<i64>,
-}
-
-impl<DB: Backend> Held<DB> {
-    fn new(conn: HeldConn<DB>, session: Option<i64>) -> Self {
-        Held {
-            conn: Some(conn),
-            session,
-        }
-    }
-
-    /// Lends the connection to a transactional handler, its transaction (or savepoint) begun by
-    /// `begin`; `None` if it is lent already.
-    async fn lend(
-        &mut self,
-        begin: Option<&'static str>,
-    ) -> Option<Result<HeldConn<DB>, sqlx::Error>> {
-        let mut conn = self.conn.take()?;
-        if let Err(error) = conn.begin(begin).await {
-            self.conn = Some(conn);
-            return Some(Err(error));
-        }
-        conn.lend();
-        Some(Ok(conn))
-    }
-
-    /// Returns a row of a delivery cancelled at the shutdown timeout. A connection lent to the
-    /// handler was closed (the server rolls back and releases what it held): its server session
-    /// is ended, so that a statement still running there ends too. Otherwise `release` (a
-    /// rollback, an unlock) runs on it within [`GRACE`]; past it, the connection is closed.
-    async fn abandon(
-        self,
-        conns: &Conns<DB>,
-        release: impl AsyncFnOnce(HeldConn<DB>) -> bool,
-    ) -> Returned {
-        match (self.conn, self.session) {
-            (None, session) => {
-                if let Some(session) = session {
-                    end_session(conns, session).await;
-                }
-                Returned::Released
-            }
-            (Some(conn), _) => match tokio::time::timeout(GRACE, release(conn)).await {
-                Ok(true) => Returned::Released,
-                Ok(false) | Err(_) => Returned::Unconfirmed,
-            },
-        }
-    }
-}
-
-/// Ends a cancelled delivery's server session from another connection, within the grace.
-async fn end_session<DB: Backend>(conns: &Conns<DB>, session: i64) {
-    let ended = tokio::time::timeout(GRACE, async {
-        let mut conn = conns.pool.acquire().await?;
-        DB::end_session(&mut conn, session).await
-    })
-    .await;
-    match ended {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => {
-            tracing::warn!(%error, session, "could not end a cancelled delivery's session");
-        }
-        Err(_) => tracing::warn!(
-            session,
-            "could not end a cancelled delivery's session in time"
-        ),
-    }
-}
-
 /// What became of a cancelled delivery's row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Returned {
@@ -362,180 +296,4 @@ impl From<Error> for ClaimFailed {
     fn from(error: Error) -> Self {
         ClaimFailed { row: None, error }
     }
-}
-
-/// A queue's dead letter, rendered for its form.
-#[derive(Debug)]
-pub(crate) struct Dead {
-    pub(crate) sql: DeadSql,
-    /// The dead-letter group, for a group dead letter.
-    pub(crate) group: Option<Arc<str>>,
-}
-
-impl Dead {
-    /// Moves the row `args` names on `conn`: whether it was moved (a lease form's move finds no
-    /// row when the lease was lost). A copy-then-delete runs in the transaction `conn` is in, or
-    /// in one of its own, committed only when the delete removed the row.
-    pub(crate) async fn run<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        args: &Args<'_>,
-    ) -> Result<bool, sqlx::Error> {
-        let args = Args {
-            dead_group: self.group.as_deref(),
-            ..*args
-        };
-        match &self.sql {
-            DeadSql::One(stmt) => Ok(execute::<DB>(conn, stmt, &args).await? > 0),
-            DeadSql::CopyDelete { copy, delete } => {
-                let own = conn.depth() == 0;
-                if own {
-                    conn.begin(None).await?;
-                }
-                execute::<DB>(conn, copy, &args).await?;
-                let moved = execute::<DB>(conn, delete, &args).await? > 0;
-                if own {
-                    if moved {
-                        conn.commit().await?;
-                    } else {
-                        conn.rollback().await?;
-                    }
-                }
-                Ok(moved)
-            }
-        }
-    }
-}
-
-/// A queue's own settlement statements ([`Queue::custom`](crate::Queue::custom)).
-#[derive(Debug, Default)]
-pub(crate) struct Custom(Vec<(Event, Stmt)>);
-
-impl Custom {
-    pub(crate) fn new(statements: Vec<(Event, Stmt)>) -> Self {
-        Custom(statements)
-    }
-
-    /// The statement that replaces the crate's for `settle`, if the queue has one.
-    pub(crate) fn get(&self, settle: Settle) -> Option<&Stmt> {
-        let event = match settle {
-            Settle::Ack => Event::Ack,
-            Settle::Drop | Settle::Undecodable => Event::Drop,
-            Settle::Retry => Event::Retry,
-            Settle::RetryAfter(_) => Event::RetryAfter,
-            Settle::DeadLetter => Event::DeadLetter,
-        };
-        self.0
-            .iter()
-            .find_map(|(e, stmt)| (*e == event).then_some(stmt))
-    }
-
-    pub(crate) fn statements(&self) -> impl Iterator<Item = &Stmt> {
-        self.0.iter().map(|(_, stmt)| stmt)
-    }
-}
-
-/// The values of a settlement of row `id` by `outcome`: the time, the delay, the groups.
-pub(crate) fn settlement_args<'a>(checked: &'a Checked, id: i64, outcome: Outcome) -> Args<'a> {
-    let at = match outcome.0 {
-        Settle::RetryAfter(delay) => Some(checked.clock.after(delay)),
-        _ => None,
-    };
-    Args {
-        id,
-        now: Some(checked.clock.now()),
-        at,
-        group: checked.group.as_deref(),
-        dead_group: checked.dead.as_ref().and_then(|dead| dead.group.as_deref()),
-        ..Args::default()
-    }
-}
-
-/// Runs `stmt` with `args` on `conn`: the rows it changed.
-pub(crate) async fn execute<DB: Backend>(
-    conn: &mut DB::Connection,
-    stmt: &Stmt,
-    args: &Args<'_>,
-) -> Result<u64, sqlx::Error> {
-    DB::execute(conn, backend::query::<DB>(stmt.sql(), stmt.values(args))).await
-}
-
-/// Runs `stmt` with `args` on `conn`, reading its first column as integers.
-pub(crate) async fn fetch_i64s<DB: Backend>(
-    conn: &mut DB::Connection,
-    stmt: &Stmt,
-    args: &Args<'_>,
-) -> Result<Vec<i64>, sqlx::Error> {
-    backend::fetch_i64s::<DB>(conn, backend::query::<DB>(stmt.sql(), stmt.values(args))).await
-}
-
-/// Runs `stmt` with `args` on `conn`, reading its first row's first column as an integer.
-pub(crate) async fn fetch_i64<DB: Backend>(
-    conn: &mut DB::Connection,
-    stmt: &Stmt,
-    args: &Args<'_>,
-) -> Result<Option<i64>, sqlx::Error> {
-    backend::fetch_i64::<DB>(conn, backend::query::<DB>(stmt.sql(), stmt.values(args))).await
-}
-
-/// Runs the claim `stmt` with `args` on `conn`, reading its rows.
-pub(crate) async fn fetch_claimed<DB: Backend>(
-    conn: &mut DB::Connection,
-    stmt: &Stmt,
-    args: &Args<'_>,
-    with_attempt: bool,
-) -> Result<Vec<ClaimedRow>, sqlx::Error> {
-    let query = backend::query::<DB>(stmt.sql(), stmt.values(args));
-    backend::fetch_claimed::<DB>(conn, query, with_attempt).await
-}
-
-/// Reads a row whole by `stmt` (row mode), without keeping the statement prepared.
-pub(crate) async fn fetch_row<DB: Backend>(
-    conn: &mut DB::Connection,
-    stmt: &Stmt,
-    id: i64,
-) -> Result<Option<DB::Row>, sqlx::Error> {
-    let args = Args {
-        id,
-        ..Args::default()
-    };
-    DB::fetch_transient(conn, backend::query::<DB>(stmt.sql(), stmt.values(&args))).await
-}
-
-/// Runs `work` on a connection of `conns`: the connection is kept for the next statement, or
-/// given back with the others after a failure.
-pub(crate) async fn on_conn<DB: Backend, T>(
-    conns: &Conns<DB>,
-    work: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, sqlx::Error>,
-) -> Result<T, sqlx::Error> {
-    let mut conn = conns.get().await?;
-    let done = conns.checked(work(&mut conn).await)?;
-    conns.put(conn);
-    Ok(done)
-}
-
-/// Begins a transaction on `conn` with `begin` (a plain `BEGIN` when `None`), as sqlx's
-/// `Connection::begin_with` does, for the MySQL/MariaDB statements that need one.
-pub(crate) async fn in_transaction<DB: Backend, T>(
-    conn: &mut DB::Connection,
-    begin: &'static str,
-    work: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, sqlx::Error>,
-) -> Result<T, sqlx::Error> {
-    let mut tx = conn.begin_with(begin).await?;
-    let done = work(&mut tx).await?;
-    tx.commit().await?;
-    Ok(done)
-}
-
-/// Logs that a row asked to be dead-lettered on a queue without a dead letter: it is dropped.
-pub(crate) fn no_dead_letter(table: &str, id: i64) {
-    tracing::error!(
-        "row {id} of `{table}` was settled with dead_letter() but its queue has no dead letter: \
-         dropped"
-    );
-}
-
-/// Warns that `retry_after(delay)` is taken as a retry on a table without the column.
-pub(crate) fn no_retry_after(table: &str, delay: Duration) {
-    tracing::warn!("table `{table}` has no retry_after column: retry_after({delay:?}) is a retry");
 }

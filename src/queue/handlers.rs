@@ -56,7 +56,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     ///
     /// The row is as the claim left it: its attempt column may already count this delivery
     /// (lease form; advisory on PostgreSQL and SQLite) or not yet (row lock):
-    /// [`Delivery::attempt`] is the delivery's number on every form.
+    /// [`Delivery::attempt`](crate::Delivery::attempt) is the delivery's number on every form.
     ///
     /// ```no_run
     /// # async fn run(pool: sqlx::SqlitePool) -> sqlx_queue::Result<()> {

@@ -219,8 +219,8 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     }
 
     /// Transactional mode: the handler gets its delivery's transaction
-    /// ([`Delivery::tx`]); ack commits the handler's writes with the settlement, any other
-    /// outcome rolls them back first.
+    /// ([`Delivery::tx`](crate::Delivery::tx)); ack commits the handler's writes with the
+    /// settlement, any other outcome rolls them back first.
     pub fn transactional(self) -> Queue<F, A, C, Transactional, B, H>
     where
         B: NotBatched,

@@ -189,8 +189,9 @@ where
                 permit.expect("the semaphore is never closed")
             }
         };
-        let free = workers.available_permits().min(MAX_CLAIM - 1);
-        if let Ok(more) = Arc::clone(&workers).try_acquire_many_owned(free as u32) {
+        // Below MAX_CLAIM (1000): it always fits a u32.
+        let free = u32::try_from(workers.available_permits().min(MAX_CLAIM - 1)).unwrap_or(0);
+        if let Ok(more) = Arc::clone(&workers).try_acquire_many_owned(free) {
             permits.merge(more);
         }
         let want = permits.num_permits();

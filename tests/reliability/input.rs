@@ -315,7 +315,7 @@ fn mebibyte() -> Vec<u8> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (x >> 24) as u8
+            x.to_le_bytes()[3] // bits 24 to 31
         })
         .collect()
 }

@@ -18,8 +18,8 @@ use tokio::time::Instant;
 use crate::crash::fill;
 use crate::support::{
     AdvisoryForm, ConnIds, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb,
-    assert_handled, assert_nothing_held, micros_now, ms, overlaps, report, spread, unique,
-    wait_for,
+    assert_handled, assert_nothing_held, micros_now, ms, overlaps, pool_for, report, spread,
+    unique, wait_for,
 };
 
 const ROWS: usize = 400;
@@ -48,7 +48,7 @@ async fn killed_connections<DB: TestDb, F: Form<DB>>() {
     let sessions = ConnIds::default();
     let pool = DB::connect_tagged(
         &ctx.url,
-        WORKERS as u32 + 1,
+        pool_for(WORKERS),
         Duration::from_secs(10),
         &tag,
         Arc::clone(&sessions),

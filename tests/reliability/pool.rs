@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use crate::crash::fill;
 use crate::support::{
     AdvisoryForm, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb, assert_handled,
-    assert_nothing_held, report, wait_for,
+    assert_nothing_held, pool_for, report, wait_for,
 };
 
 const WORKERS: usize = 8;
@@ -44,7 +44,7 @@ async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let need = WORKERS as u32 + 1;
+    let need = pool_for(WORKERS);
 
     // Too small: refused at start, naming the size it needs.
     let t = ctx.table(Spec::queue()).await;

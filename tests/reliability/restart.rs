@@ -18,8 +18,8 @@ use crate::crash::fill;
 use crate::servers::{Dedicated, Restore};
 use crate::support::{
     AdvisoryForm, ConnIds, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb,
-    assert_handled, assert_nothing_held, database_url, micros_now, ms, overlaps, report, required,
-    skipped, unique, wait_for,
+    assert_handled, assert_nothing_held, database_url, micros_now, ms, overlaps, pool_for, report,
+    required, skipped, unique, wait_for,
 };
 
 const ROWS: usize = 600;
@@ -95,7 +95,7 @@ async fn start_drain<DB: TestDb, F: Form<DB>>(ctx: &mut Ctx<DB>) -> Drain<DB> {
     let tag = format!("sqlxq-restart-{}", unique());
     let pool = DB::connect_tagged(
         &ctx.url,
-        WORKERS as u32 + 1,
+        pool_for(WORKERS),
         ACQUIRE,
         &tag,
         ConnIds::default(),

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use crate::crash::fill;
 use crate::support::{
     AdvisoryForm, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb, assert_nothing_held,
-    report, wait_for,
+    pool_for, report, wait_for,
 };
 
 const WORKERS: usize = 8;
@@ -46,7 +46,7 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let pool = ctx.pool(WORKERS as u32 + 1).await;
+    let pool = ctx.pool(pool_for(WORKERS)).await;
 
     // Handlers that finish: they are let finish, and settled.
     let t = ctx.table(Spec::queue()).await;
@@ -160,7 +160,7 @@ pub(crate) async fn all_at_once<DB: TestDb, F: Form<DB>>(
     t: &str,
     rows: usize,
 ) -> Duration {
-    let pool = ctx.pool(rows as u32 + 1).await;
+    let pool = ctx.pool(pool_for(rows)).await;
     let (started, mut seen) = mpsc::unbounded_channel();
     let go = Arc::new(Semaphore::new(0));
     let gate = Arc::clone(&go);

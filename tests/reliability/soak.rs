@@ -60,7 +60,7 @@ fn seed() -> u64 {
     std::env::var("SQLX_QUEUE_SOAK_SEED")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| micros_now() as u64)
+        .unwrap_or_else(|| micros_now().cast_unsigned())
 }
 
 /// What becomes of a job.

@@ -118,7 +118,9 @@ fn settled(progress: &Progress, ids: &[i64]) {
 pub(crate) async fn run<DB: Db>(ctx: &Ctx, cell: Cell, counted: bool) -> Result<Sample, String> {
     let plan = Arc::new(Plan::new(ctx, cell));
     let min_id = ctx.fill::<DB>(cell.rows).await?;
-    let pool = ctx.pool::<DB>(cell.workers as u32 + 1, counted).await?;
+    let size = u32::try_from(cell.workers + 1)
+        .map_err(|_| format!("{} workers: too many for a pool", cell.workers))?;
+    let pool = ctx.pool::<DB>(size, counted).await?;
     let progress = Arc::new(Progress::new(min_id, cell.rows));
     let cpu = cpu_ticks();
     let window = counted.then(|| count::Window::open(ctx.proxy.is_some()));

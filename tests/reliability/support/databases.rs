@@ -387,7 +387,7 @@ impl TestDb for sqlx::Postgres {
         .bind(tag)
         .fetch_one(admin)
         .await?;
-        Ok(ended as u64)
+        Ok(u64::try_from(ended).unwrap_or(0))
     }
 }
 

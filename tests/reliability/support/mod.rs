@@ -95,6 +95,12 @@ pub(crate) fn unique() -> String {
     format!("{}_{n}_{nanos:x}", std::process::id())
 }
 
+/// The size of a pool for `n` handlers at once: a connection each, and one for the runner's own
+/// statements. A test's counts are small: the panic never fires.
+pub(crate) fn pool_for(n: usize) -> u32 {
+    u32::try_from(n + 1).expect("a test's pool size fits a u32")
+}
+
 /// The URL of `DB`'s server (SQLite: a fresh file), or `None` with a notice when it is not set
 /// and not required.
 pub(crate) fn database_url<DB: TestDb>() -> Option<String> {

@@ -6,6 +6,12 @@
 //! `FOR UPDATE SKIP LOCKED` selection; MySQL/MariaDB: a locking `SELECT` and an `UPDATE` of the
 //! ids in one READ COMMITTED transaction; SQLite: one `UPDATE .. RETURNING`). Acks and drops of
 //! many deliveries settle in one statement, each row still guarded by its own token.
+//!
+//! The form's type and its [`Form`] impl are here; the claim (`claim`) and the settlement
+//! statements (`settle`) are beside it.
+
+mod claim;
+mod settle;
 
 use std::time::Duration;
 
@@ -13,14 +19,13 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::{
-    Checked, ClaimFailed, Conns, Form, GRACE, Returned, execute, fetch_claimed, fetch_i64,
-    fetch_i64s, fetch_row, in_transaction, no_dead_letter, no_retry_after, on_conn,
+    Checked, ClaimFailed, Conns, Form, GRACE, Returned, execute, fetch_i64, fetch_row, on_conn,
     settlement_args,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::{FormKind, QueueConfig};
 use crate::delivery::{Outcome, Settle};
-use crate::dialect::{self, Args, Claim, FinishMany, LeaseSql, MAX_FINISH, Stmt};
+use crate::dialect::{self, Args, LeaseSql, MAX_FINISH};
 use crate::error::{Error, Result};
 
 /// What holds a leased row: its token (the lease's expiry), and when it was taken.
@@ -357,172 +362,6 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             Ok(Ok(true)) => Returned::Released,
             Ok(Ok(false)) => Returned::NotHeld,
             Ok(Err(_)) | Err(_) => Returned::Unconfirmed,
-        }
-    }
-}
-
-impl LeaseForm {
-    /// Claims up to `limit` rows in one committed step, counting their attempt, passing over
-    /// the `excluded` ids: the rows, in id order, and the token they all carry.
-    async fn claim_rows<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        limit: usize,
-        excluded: &[i64],
-    ) -> Result<(Vec<ClaimedRow>, Token), sqlx::Error> {
-        let checked = &self.checked;
-        // The token is taken once the connection is: a wait for it does not shorten the lease.
-        let mut conn = conns.get().await?;
-        let hold = Token {
-            token: checked.clock.after(self.duration),
-            taken: Instant::now(),
-        };
-        let args = Args {
-            now: Some(checked.clock.now()),
-            new_token: Some(hold.token),
-            group: checked.group.as_deref(),
-            limit: i64::try_from(limit.min(self.max_claim)).unwrap_or(i64::MAX),
-            excluded,
-            ..Args::default()
-        };
-        let claim = match excluded {
-            [] => &self.sql.claim,
-            _ => &self.sql.claim_excluding,
-        };
-        let claimed = match claim {
-            Claim::Returning(stmt) => {
-                fetch_claimed::<DB>(&mut conn, stmt, &args, checked.with_attempt).await
-            }
-            Claim::SelectThenUpdate { select, updates } => {
-                let begin = dialect::mysql_begin();
-                in_transaction::<DB, _>(&mut conn, begin, async |tx| {
-                    let rows = fetch_claimed::<DB>(tx, select, &args, checked.with_attempt).await?;
-                    if !rows.is_empty() {
-                        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-                        let args = Args { ids: &ids, ..args };
-                        execute::<DB>(tx, Claim::update_for(updates, ids.len()), &args).await?;
-                    }
-                    Ok(rows)
-                })
-                .await
-            }
-        };
-        let mut rows = conns.checked(claimed)?;
-        conns.put(conn);
-        rows.sort_unstable_by_key(|row| row.id);
-        Ok((rows, hold))
-    }
-
-    /// The crate's own statement for `settle` (a move to a dead letter runs apart).
-    fn statement(&self, settle: Settle, id: i64) -> &Stmt {
-        match settle {
-            Settle::DeadLetter => {
-                no_dead_letter(&self.checked.table, id);
-                &self.sql.finish
-            }
-            Settle::Ack | Settle::Drop | Settle::Undecodable => &self.sql.finish,
-            Settle::Retry => &self.sql.release,
-            Settle::RetryAfter(delay) => match &self.sql.retry_after {
-                Some(stmt) => stmt,
-                None => {
-                    no_retry_after(&self.checked.table, delay);
-                    &self.sql.release
-                }
-            },
-        }
-    }
-
-    /// Acknowledges many rows with one statement (at most [`MAX_FINISH`]), each guarded by its
-    /// own token: whether each row still carried its token and was settled.
-    async fn finish_many<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        items: &[(i64, DateTime<Utc>)],
-    ) -> Result<Vec<bool>, sqlx::Error> {
-        debug_assert!(!items.is_empty() && items.len() <= MAX_FINISH);
-        let now = Some(self.checked.clock.now());
-        if let [(id, token)] = items {
-            // One row: its own guarded statement, one round trip (not a transaction's four on
-            // MySQL), with no lists to build.
-            let args = Args {
-                id: *id,
-                token: Some(*token),
-                now,
-                ..Args::default()
-            };
-            let changed = on_conn(conns, async |conn| {
-                execute::<DB>(conn, &self.sql.finish, &args).await
-            })
-            .await?;
-            return Ok(vec![changed > 0]);
-        }
-        let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
-        let tokens: Vec<DateTime<Utc>> = items.iter().map(|(_, token)| *token).collect();
-        let size = |n: usize| n.next_power_of_two().trailing_zeros() as usize;
-        let args = Args {
-            ids: &ids,
-            tokens: &tokens,
-            now,
-            ..Args::default()
-        };
-        let settled = on_conn(conns, async |conn| match &self.sql.finish_many {
-            FinishMany::Returning(statements) => {
-                fetch_i64s::<DB>(conn, &statements[size(ids.len())], &args).await
-            }
-            FinishMany::LockThenFinish { held, finish } => {
-                in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
-                    let held = fetch_i64s::<DB>(tx, &held[size(ids.len())], &args).await?;
-                    if !held.is_empty() {
-                        let args = Args { ids: &held, ..args };
-                        execute::<DB>(tx, &finish[size(held.len())], &args).await?;
-                    }
-                    Ok(held)
-                })
-                .await
-            }
-        })
-        .await?;
-        Ok(ids.iter().map(|id| settled.contains(id)).collect())
-    }
-
-    /// Releases the lease of row `id` (a delivery that will not be settled): the row is
-    /// claimable again at once. With `extended`, the token of an extension whose outcome is
-    /// unknown, either token is released. Whether the lease was still held.
-    async fn release_either<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        id: i64,
-        hold: Token,
-        extended: Option<Token>,
-    ) -> Result<bool, sqlx::Error> {
-        let (stmt, args) = match extended {
-            Some(extended) => (
-                &self.sql.release_either,
-                Args {
-                    id,
-                    token: Some(hold.token),
-                    new_token: Some(extended.token),
-                    ..Args::default()
-                },
-            ),
-            None => (
-                &self.sql.release,
-                Args {
-                    id,
-                    token: Some(hold.token),
-                    ..Args::default()
-                },
-            ),
-        };
-        let changed = on_conn(conns, async |conn| execute::<DB>(conn, stmt, &args).await).await?;
-        Ok(changed == 1)
-    }
-
-    fn lost(&self, id: i64) -> Error {
-        Error::LeaseLost {
-            queue: self.checked.queue.to_string(),
-            table: self.checked.table.to_string(),
-            id,
         }
     }
 }

@@ -1,0 +1,84 @@
+//! PostgreSQL's driver calls: statements prepared with their parameter types, notifications.
+
+use chrono::{DateTime, Utc};
+use futures::future::BoxFuture;
+use sqlx::{Pool, Postgres, SqlStr};
+
+use super::private::Driver;
+use super::{Backend, Listener, Notification, Q};
+use crate::table::{Dialect, Value, ValueKind};
+
+impl Backend for Postgres {}
+
+impl Driver for Postgres {
+    const DIALECT: Dialect = Dialect::Postgres;
+
+    driver_common!();
+
+    /// Prepared with the parameter types the statement is later bound with: sqlx caches the
+    /// prepared statement, and a type PostgreSQL inferred instead (`int4` for an `INTEGER`
+    /// id, say) would refuse the `int8` bound later.
+    async fn prepare(
+        conn: &mut Self::Connection,
+        sql: SqlStr,
+        kinds: &[ValueKind],
+    ) -> Result<(), sqlx::Error> {
+        use sqlx::{Executor as _, Type};
+        let types: Vec<_> = kinds
+            .iter()
+            .map(|kind| match kind {
+                ValueKind::I64 => <i64 as Type<Postgres>>::type_info(),
+                ValueKind::Time => <DateTime<Utc> as Type<Postgres>>::type_info(),
+                ValueKind::Text => <&str as Type<Postgres>>::type_info(),
+                ValueKind::Bytes => <&[u8] as Type<Postgres>>::type_info(),
+            })
+            .collect();
+        conn.prepare_with(sql, &types).await?;
+        Ok(())
+    }
+
+    fn insert_id<'e, 'c: 'e, E>(
+        executor: E,
+        query: Q<Self>,
+        _returning: bool,
+    ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+    where
+        E: 'e + sqlx::Executor<'c, Database = Self>,
+    {
+        use sqlx::Row as _;
+        Box::pin(async move { query.fetch_one(executor).await?.try_get(0) })
+    }
+
+    fn listen(
+        pool: &Pool<Self>,
+        channels: Vec<String>,
+    ) -> BoxFuture<'static, Result<Option<Box<dyn Listener>>, sqlx::Error>> {
+        let pool = pool.clone();
+        Box::pin(async move {
+            let mut listener = sqlx::postgres::PgListener::connect_with(&pool).await?;
+            listener
+                .listen_all(channels.iter().map(String::as_str))
+                .await?;
+            Ok(Some(Box::new(listener) as Box<dyn Listener>))
+        })
+    }
+
+    async fn server(
+        conn: &mut Self::Connection,
+    ) -> Result<(String, Option<DateTime<Utc>>), sqlx::Error> {
+        let (version, now): (String, DateTime<Utc>) =
+            sqlx::query_as("SELECT current_setting('server_version'), now()")
+                .fetch_one(conn)
+                .await?;
+        Ok((version, Some(now)))
+    }
+}
+
+impl Listener for sqlx::postgres::PgListener {
+    fn recv(&mut self) -> BoxFuture<'_, Result<Option<Notification>, sqlx::Error>> {
+        Box::pin(async move {
+            let received = self.try_recv().await?;
+            Ok(received.map(|n| (n.channel().to_owned(), n.payload().to_owned())))
+        })
+    }
+}

@@ -1,0 +1,319 @@
+//! The lease form's statements, the same on every database but for quoting and placeholders
+//! (each database's claim is its own, in its file): extend, release, settle, and many
+//! acknowledgements in one statement, every one guarded by the row's token.
+
+use super::common::{as_i64, finish, ids};
+use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
+
+/// The lease form's statements.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseSql {
+    pub(crate) claim: Claim,
+    /// The claim, passing over held-back rows.
+    pub(crate) claim_excluding: Claim,
+    /// The id the claim would take next, passing over held-back rows: the row a claim that
+    /// failed for a reason of its own failed on.
+    pub(crate) next: Stmt,
+    /// `lease = new token`, guarded by the current token.
+    pub(crate) extend: Stmt,
+    /// `lease = NULL`, guarded: retry, and a delivery dropped unsettled.
+    pub(crate) release: Stmt,
+    /// `lease = NULL` where the lease is either of two tokens: a delivery cancelled while its
+    /// extension to the second was in flight, whose outcome is unknown.
+    pub(crate) release_either: Stmt,
+    /// `retry_after = at, lease = NULL`, guarded; absent without a `retry_after` column.
+    pub(crate) retry_after: Option<Stmt>,
+    /// ack and drop: `DELETE`, or `processed_at = now, lease = NULL`, guarded.
+    pub(crate) finish: Stmt,
+    /// `SELECT 1 .. FOR UPDATE`, guarded: confirms and locks the lease before a custom
+    /// settlement runs in the same transaction.
+    pub(crate) confirm: Stmt,
+    /// Acknowledgements of many rows in one statement, each guarded by its own token;
+    /// `finish_many[k]` takes `2^k` `(id, token)` pairs.
+    pub(crate) finish_many: FinishMany,
+}
+
+/// How many acknowledgements one statement settles at most.
+pub(crate) const MAX_FINISH: usize = 64;
+
+/// Acknowledgements of many lease rows at once.
+#[derive(Debug, Clone)]
+pub(crate) enum FinishMany {
+    /// `DELETE`/`UPDATE .. WHERE (id, lease) IN (..) RETURNING id`: the ids settled
+    /// (PostgreSQL, SQLite).
+    Returning(Box<[Stmt]>),
+    /// In one transaction, `SELECT id .. WHERE (id, lease) IN (..) FOR UPDATE` — the rows still
+    /// held — then the `DELETE`/`UPDATE` of those ids (MySQL/MariaDB, which have no
+    /// `UPDATE .. RETURNING`).
+    LockThenFinish {
+        held: Box<[Stmt]>,
+        finish: Box<[Stmt]>,
+    },
+}
+
+impl LeaseSql {
+    /// Every statement, to prepare at start.
+    pub(crate) fn statements(&self) -> Vec<&Stmt> {
+        let mut all = self.claim.statements();
+        if let Claim::SelectThenUpdate { select, .. } = &self.claim_excluding {
+            all.push(select);
+        } else {
+            all.extend(self.claim_excluding.statements());
+        }
+        all.push(&self.next);
+        all.extend([
+            &self.extend,
+            &self.release,
+            &self.release_either,
+            &self.finish,
+            &self.confirm,
+        ]);
+        match &self.finish_many {
+            FinishMany::Returning(statements) => all.extend(statements.iter()),
+            FinishMany::LockThenFinish { held, finish } => {
+                all.extend(held.iter().chain(finish.iter()));
+            }
+        }
+        all.extend(self.retry_after.as_ref());
+        all
+    }
+}
+
+/// `SET lease = ?, attempt = attempt + 1` (saturating) of a lease claim.
+pub(super) fn lease_set(w: &mut SqlWriter, n: &Names) {
+    let lease = n
+        .lease
+        .as_deref()
+        .expect("lease statements need a lease column");
+    w.push(" SET ")
+        .push(lease)
+        .push(" = ")
+        .param(Slot::NewToken);
+    if let Some(attempt) = &n.attempt {
+        w.push(", ");
+        n.count_attempt(w, attempt);
+    }
+}
+
+fn guarded(w: &mut SqlWriter, n: &Names, lease: &str) {
+    w.push(" WHERE ")
+        .push(&n.id)
+        .push(" = ")
+        .param(Slot::Id)
+        .push(" AND ")
+        .push(lease)
+        .push(" = ")
+        .param(Slot::Token);
+}
+
+/// `(id, lease) IN ((?, ?), ..)` of `count` pairs.
+fn pairs(w: &mut SqlWriter, n: &Names, lease: &str, count: u16) {
+    w.push("(")
+        .push(&n.id)
+        .push(", ")
+        .push(lease)
+        .push(") IN (");
+    for i in 0..count {
+        w.push(if i == 0 { "(" } else { ", (" })
+            .param(Slot::IdAt(i))
+            .push(", ")
+            .param(Slot::TokenAt(i))
+            .push(")");
+    }
+    w.push(")");
+}
+
+fn finish_many(n: &Names, lease: &str) -> FinishMany {
+    let sizes = || (0..=MAX_FINISH.trailing_zeros()).map(|k| 1u16 << k);
+    match n.dialect {
+        Dialect::Postgres | Dialect::Sqlite => FinishMany::Returning(
+            sizes()
+                .map(|count| {
+                    let mut w = n.writer();
+                    finish(&mut w, n);
+                    w.push(" WHERE ");
+                    pairs(&mut w, n, lease, count);
+                    w.push(" RETURNING ");
+                    as_i64(&mut w, &n.id);
+                    w.finish()
+                })
+                .collect(),
+        ),
+        Dialect::MySql => FinishMany::LockThenFinish {
+            held: sizes()
+                .map(|count| {
+                    let mut w = n.writer();
+                    w.push("SELECT ");
+                    as_i64(&mut w, &n.id);
+                    w.push(" FROM ").push(&n.table).push(" WHERE ");
+                    pairs(&mut w, n, lease, count);
+                    w.push(" FOR UPDATE");
+                    w.finish()
+                })
+                .collect(),
+            finish: sizes()
+                .map(|count| {
+                    let mut w = n.writer();
+                    finish(&mut w, n);
+                    w.push(" WHERE ");
+                    ids(&mut w, n, count);
+                    w.finish()
+                })
+                .collect(),
+        },
+    }
+}
+
+pub(super) fn lease(n: &Names, claim: Claim, claim_excluding: Claim, next: Stmt) -> LeaseSql {
+    let lease = n
+        .lease
+        .as_deref()
+        .expect("lease statements need a lease column");
+    let update = |w: &mut SqlWriter| {
+        w.push("UPDATE ").push(&n.table).push(" SET ");
+    };
+
+    let mut w = n.writer();
+    update(&mut w);
+    w.push(lease).push(" = ").param(Slot::NewToken);
+    guarded(&mut w, n, lease);
+    let extend = w.finish();
+
+    let mut w = n.writer();
+    update(&mut w);
+    w.push(lease).push(" = NULL");
+    guarded(&mut w, n, lease);
+    let release = w.finish();
+
+    let mut w = n.writer();
+    update(&mut w);
+    w.push(lease)
+        .push(" = NULL WHERE ")
+        .push(&n.id)
+        .push(" = ")
+        .param(Slot::Id)
+        .push(" AND ")
+        .push(lease)
+        .push(" IN (")
+        .param(Slot::Token)
+        .push(", ")
+        .param(Slot::NewToken)
+        .push(")");
+    let release_either = w.finish();
+
+    let retry_after = n.retry_after.as_deref().map(|retry_after| {
+        let mut w = n.writer();
+        update(&mut w);
+        w.push(retry_after)
+            .push(" = ")
+            .param(Slot::At)
+            .push(", ")
+            .push(lease)
+            .push(" = NULL");
+        guarded(&mut w, n, lease);
+        w.finish()
+    });
+
+    let mut w = n.writer();
+    finish(&mut w, n);
+    guarded(&mut w, n, lease);
+    let finish = w.finish();
+
+    let mut w = n.writer();
+    w.push("SELECT ");
+    as_i64(&mut w, "1");
+    w.push(" FROM ").push(&n.table);
+    guarded(&mut w, n, lease);
+    if n.dialect != Dialect::Sqlite {
+        w.push(" FOR UPDATE");
+    }
+    let confirm = w.finish();
+
+    LeaseSql {
+        claim,
+        claim_excluding,
+        next,
+        extend,
+        release,
+        release_either,
+        retry_after,
+        finish,
+        confirm,
+        finish_many: finish_many(n, lease),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Dialect, Names, lease as render_lease};
+    use super::FinishMany;
+    use crate::table::Table;
+
+    fn names(dialect: Dialect, table: Table) -> Names {
+        Names::for_test(dialect, table, Some("mail"), "lease", true)
+    }
+
+    #[test]
+    fn lease_settlements_carry_the_token() {
+        let n = names(Dialect::Postgres, Table::new("jobs"));
+        let sql = render_lease(&n, 8);
+        assert_eq!(
+            sql.finish.text(),
+            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "locked_until" = $2"#
+        );
+        assert_eq!(
+            sql.release.text(),
+            r#"UPDATE "jobs" SET "locked_until" = NULL WHERE "id" = $1 AND "locked_until" = $2"#
+        );
+        assert_eq!(
+            sql.extend.text(),
+            r#"UPDATE "jobs" SET "locked_until" = $1 WHERE "id" = $2 AND "locked_until" = $3"#
+        );
+        assert!(sql.retry_after.is_none());
+    }
+
+    #[test]
+    fn many_acknowledgements_are_one_statement_each_row_guarded() {
+        let n = names(Dialect::Postgres, Table::new("jobs"));
+        let FinishMany::Returning(statements) = render_lease(&n, 8).finish_many else {
+            panic!("PostgreSQL returns the settled ids");
+        };
+        assert_eq!(statements.len(), 7, "1, 2, 4, .. 64 rows");
+        assert_eq!(
+            statements[1].text(),
+            r#"DELETE FROM "jobs" WHERE ("id", "locked_until") IN (($1, $2), ($3, $4)) RETURNING CAST("id" AS BIGINT)"#
+        );
+        let n = names(Dialect::MySql, Table::new("jobs").processed_at("done_at"));
+        let FinishMany::LockThenFinish { held, finish } = render_lease(&n, 8).finish_many else {
+            panic!("MySQL locks the rows still held first");
+        };
+        assert_eq!(
+            held[0].text(),
+            "SELECT CAST(`id` AS SIGNED) FROM `jobs` WHERE (`id`, `locked_until`) IN ((?, ?)) \
+             FOR UPDATE"
+        );
+        assert_eq!(
+            finish[1].text(),
+            "UPDATE `jobs` SET `done_at` = ?, `locked_until` = NULL WHERE `id` IN (?, ?)"
+        );
+    }
+
+    #[test]
+    fn processed_at_marks_instead_of_deleting() {
+        let table = Table::new("jobs")
+            .processed_at("done_at")
+            .retry_after("not_before");
+        let n = names(Dialect::Sqlite, table);
+        let sql = render_lease(&n, 8);
+        assert_eq!(
+            sql.finish.text(),
+            "UPDATE `jobs` SET `done_at` = ?, `locked_until` = NULL \
+             WHERE `id` = ? AND `locked_until` = ?"
+        );
+        assert_eq!(
+            sql.retry_after.unwrap().text(),
+            "UPDATE `jobs` SET `not_before` = ?, `locked_until` = NULL \
+             WHERE `id` = ? AND `locked_until` = ?"
+        );
+    }
+}

@@ -1,0 +1,81 @@
+//! The hold of the forms that keep a connection per delivery, and the end of a cancelled
+//! delivery's session: shared by the row lock and advisory forms, so it lives beside them rather
+//! than in either.
+
+use super::{Conns, GRACE, Returned};
+use crate::backend::{Backend, HeldConn};
+
+/// What holds a row of the forms that hold a connection per delivery: that connection (the
+/// claim's transaction, the row's key) — away while a transactional handler has it — and its
+/// server session, where the claim read it (to end it if the delivery is cancelled).
+#[derive(Debug)]
+pub(crate) struct Held<DB: Backend> {
+    pub(super) conn: Option<HeldConn<DB>>,
+    pub(super) session: Option<i64>,
+}
+
+impl<DB: Backend> Held<DB> {
+    pub(super) fn new(conn: HeldConn<DB>, session: Option<i64>) -> Self {
+        Held {
+            conn: Some(conn),
+            session,
+        }
+    }
+
+    /// Lends the connection to a transactional handler, its transaction (or savepoint) begun by
+    /// `begin`; `None` if it is lent already.
+    pub(super) async fn lend(
+        &mut self,
+        begin: Option<&'static str>,
+    ) -> Option<Result<HeldConn<DB>, sqlx::Error>> {
+        let mut conn = self.conn.take()?;
+        if let Err(error) = conn.begin(begin).await {
+            self.conn = Some(conn);
+            return Some(Err(error));
+        }
+        conn.lend();
+        Some(Ok(conn))
+    }
+
+    /// Returns a row of a delivery cancelled at the shutdown timeout. A connection lent to the
+    /// handler was closed (the server rolls back and releases what it held): its server session
+    /// is ended, so that a statement still running there ends too. Otherwise `release` (a
+    /// rollback, an unlock) runs on it within [`GRACE`]; past it, the connection is closed.
+    pub(super) async fn abandon(
+        self,
+        conns: &Conns<DB>,
+        release: impl AsyncFnOnce(HeldConn<DB>) -> bool,
+    ) -> Returned {
+        match (self.conn, self.session) {
+            (None, session) => {
+                if let Some(session) = session {
+                    end_session(conns, session).await;
+                }
+                Returned::Released
+            }
+            (Some(conn), _) => match tokio::time::timeout(GRACE, release(conn)).await {
+                Ok(true) => Returned::Released,
+                Ok(false) | Err(_) => Returned::Unconfirmed,
+            },
+        }
+    }
+}
+
+/// Ends a cancelled delivery's server session from another connection, within the grace.
+async fn end_session<DB: Backend>(conns: &Conns<DB>, session: i64) {
+    let ended = tokio::time::timeout(GRACE, async {
+        let mut conn = conns.pool.acquire().await?;
+        DB::end_session(&mut conn, session).await
+    })
+    .await;
+    match ended {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(%error, session, "could not end a cancelled delivery's session");
+        }
+        Err(_) => tracing::warn!(
+            session,
+            "could not end a cancelled delivery's session in time"
+        ),
+    }
+}

@@ -1,0 +1,63 @@
+//! The lease form's claim: one committed step that takes a row for every free worker and writes
+//! their token, apart from the form's trait impl as the one statement family that differs most
+//! between databases (one `UPDATE .. RETURNING`, or MySQL/MariaDB's select then update).
+
+use tokio::time::Instant;
+
+use super::{LeaseForm, Token};
+use crate::backend::{Backend, ClaimedRow};
+use crate::dialect::{self, Args, Claim};
+use crate::form::{Conns, execute, fetch_claimed, in_transaction};
+
+impl LeaseForm {
+    /// Claims up to `limit` rows in one committed step, counting their attempt, passing over
+    /// the `excluded` ids: the rows, in id order, and the token they all carry.
+    pub(super) async fn claim_rows<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        limit: usize,
+        excluded: &[i64],
+    ) -> Result<(Vec<ClaimedRow>, Token), sqlx::Error> {
+        let checked = &self.checked;
+        // The token is taken once the connection is: a wait for it does not shorten the lease.
+        let mut conn = conns.get().await?;
+        let hold = Token {
+            token: checked.clock.after(self.duration),
+            taken: Instant::now(),
+        };
+        let args = Args {
+            now: Some(checked.clock.now()),
+            new_token: Some(hold.token),
+            group: checked.group.as_deref(),
+            limit: i64::try_from(limit.min(self.max_claim)).unwrap_or(i64::MAX),
+            excluded,
+            ..Args::default()
+        };
+        let claim = match excluded {
+            [] => &self.sql.claim,
+            _ => &self.sql.claim_excluding,
+        };
+        let claimed = match claim {
+            Claim::Returning(stmt) => {
+                fetch_claimed::<DB>(&mut conn, stmt, &args, checked.with_attempt).await
+            }
+            Claim::SelectThenUpdate { select, updates } => {
+                let begin = dialect::mysql_begin();
+                in_transaction::<DB, _>(&mut conn, begin, async |tx| {
+                    let rows = fetch_claimed::<DB>(tx, select, &args, checked.with_attempt).await?;
+                    if !rows.is_empty() {
+                        let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+                        let args = Args { ids: &ids, ..args };
+                        execute::<DB>(tx, Claim::update_for(updates, ids.len()), &args).await?;
+                    }
+                    Ok(rows)
+                })
+                .await
+            }
+        };
+        let mut rows = conns.checked(claimed)?;
+        conns.put(conn);
+        rows.sort_unstable_by_key(|row| row.id);
+        Ok((rows, hold))
+    }
+}

@@ -1,0 +1,129 @@
+//! The lease form's settlement statements: the crate's own per outcome, many acknowledgements in
+//! one statement, and the release of a row either of two tokens may hold — apart from the form's
+//! trait impl, which says when each runs.
+
+use chrono::{DateTime, Utc};
+
+use super::{LeaseForm, Token};
+use crate::backend::Backend;
+use crate::delivery::Settle;
+use crate::dialect::{self, Args, FinishMany, MAX_FINISH, Stmt};
+use crate::error::Error;
+use crate::form::{
+    Conns, execute, fetch_i64s, in_transaction, no_dead_letter, no_retry_after, on_conn,
+};
+
+impl LeaseForm {
+    /// The crate's own statement for `settle` (a move to a dead letter runs apart).
+    pub(super) fn statement(&self, settle: Settle, id: i64) -> &Stmt {
+        match settle {
+            Settle::DeadLetter => {
+                no_dead_letter(&self.checked.table, id);
+                &self.sql.finish
+            }
+            Settle::Ack | Settle::Drop | Settle::Undecodable => &self.sql.finish,
+            Settle::Retry => &self.sql.release,
+            Settle::RetryAfter(delay) => match &self.sql.retry_after {
+                Some(stmt) => stmt,
+                None => {
+                    no_retry_after(&self.checked.table, delay);
+                    &self.sql.release
+                }
+            },
+        }
+    }
+
+    /// Acknowledges many rows with one statement (at most [`MAX_FINISH`]), each guarded by its
+    /// own token: whether each row still carried its token and was settled.
+    pub(super) async fn finish_many<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        items: &[(i64, DateTime<Utc>)],
+    ) -> Result<Vec<bool>, sqlx::Error> {
+        debug_assert!(!items.is_empty() && items.len() <= MAX_FINISH);
+        let now = Some(self.checked.clock.now());
+        if let [(id, token)] = items {
+            // One row: its own guarded statement, one round trip (not a transaction's four on
+            // MySQL), with no lists to build.
+            let args = Args {
+                id: *id,
+                token: Some(*token),
+                now,
+                ..Args::default()
+            };
+            let changed = on_conn(conns, async |conn| {
+                execute::<DB>(conn, &self.sql.finish, &args).await
+            })
+            .await?;
+            return Ok(vec![changed > 0]);
+        }
+        let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
+        let tokens: Vec<DateTime<Utc>> = items.iter().map(|(_, token)| *token).collect();
+        let size = |n: usize| n.next_power_of_two().trailing_zeros() as usize;
+        let args = Args {
+            ids: &ids,
+            tokens: &tokens,
+            now,
+            ..Args::default()
+        };
+        let settled = on_conn(conns, async |conn| match &self.sql.finish_many {
+            FinishMany::Returning(statements) => {
+                fetch_i64s::<DB>(conn, &statements[size(ids.len())], &args).await
+            }
+            FinishMany::LockThenFinish { held, finish } => {
+                in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
+                    let held = fetch_i64s::<DB>(tx, &held[size(ids.len())], &args).await?;
+                    if !held.is_empty() {
+                        let args = Args { ids: &held, ..args };
+                        execute::<DB>(tx, &finish[size(held.len())], &args).await?;
+                    }
+                    Ok(held)
+                })
+                .await
+            }
+        })
+        .await?;
+        Ok(ids.iter().map(|id| settled.contains(id)).collect())
+    }
+
+    /// Releases the lease of row `id` (a delivery that will not be settled): the row is
+    /// claimable again at once. With `extended`, the token of an extension whose outcome is
+    /// unknown, either token is released. Whether the lease was still held.
+    pub(super) async fn release_either<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        hold: Token,
+        extended: Option<Token>,
+    ) -> Result<bool, sqlx::Error> {
+        let (stmt, args) = match extended {
+            Some(extended) => (
+                &self.sql.release_either,
+                Args {
+                    id,
+                    token: Some(hold.token),
+                    new_token: Some(extended.token),
+                    ..Args::default()
+                },
+            ),
+            None => (
+                &self.sql.release,
+                Args {
+                    id,
+                    token: Some(hold.token),
+                    ..Args::default()
+                },
+            ),
+        };
+        let changed = on_conn(conns, async |conn| execute::<DB>(conn, stmt, &args).await).await?;
+        Ok(changed == 1)
+    }
+
+    pub(super) fn lost(&self, id: i64) -> Error {
+        Error::LeaseLost {
+            queue: self.checked.queue.to_string(),
+            table: self.checked.table.to_string(),
+            id,
+        }
+    }
+}
