@@ -1,6 +1,7 @@
 //! Statements of the forms that hold a connection per delivery: row lock and advisory lock.
 
-use super::common::{MAX_FINISH, as_i64, claimable, finish, ids, order};
+use super::MAX_FINISH;
+use super::common::{as_i64, claimable, finish, ids, order};
 use super::{Dialect, Names, Slot, SqlWriter, Stmt, mysql, postgres};
 
 /// The row lock form's statements. Each runs in the claim's transaction; its commit is the

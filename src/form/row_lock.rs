@@ -314,7 +314,9 @@ impl RowLockForm {
             (retry, self.sql.retry_many.as_ref()),
         ];
         for (ids, statements) in sets {
-            let Some(statements) = statements else { continue };
+            let Some(statements) = statements else {
+                continue;
+            };
             for chunk in ids.chunks(MAX_FINISH) {
                 let stmt = &statements[chunk.len().next_power_of_two().trailing_zeros() as usize];
                 let args = Args {

@@ -174,7 +174,11 @@ where
         })
         .collect();
     let one_by_one = q.quarantine.take_suspects(&ids);
-    match q.form.settle_batch(&q.conns, &settlements, batch, one_by_one).await {
+    match q
+        .form
+        .settle_batch(&q.conns, &settlements, batch, one_by_one)
+        .await
+    {
         Ok(results) => {
             for (&(id, outcome), result) in settlements.iter().zip(results) {
                 policy::settled(q, id, outcome, result);

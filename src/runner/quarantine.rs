@@ -101,7 +101,11 @@ impl Quarantine {
         if suspects.is_empty() {
             return false;
         }
-        ids.iter().fold(false, |any, id| suspects.remove(id) || any)
+        let before = suspects.len();
+        for id in ids {
+            suspects.remove(id);
+        }
+        suspects.len() < before
     }
 
     /// The rows held back now, at most [`MAX_EXCLUDED`]: those held longest.
