@@ -38,6 +38,9 @@ pub(crate) enum Key {
     Session(i64),
     /// A key held in this process (SQLite): `(table, id)`.
     InProcess(u64, i64),
+    /// Keys a statement may have taken whose answer was not read yet: if it never is, which
+    /// keys the session holds is unknown, and the connection must not be reused.
+    Pending,
 }
 
 /// Keys held in this process (the advisory form on SQLite).
@@ -63,13 +66,6 @@ pub(crate) mod in_process {
         keys()
             .as_ref()
             .map_or(0, |keys| keys.iter().filter(|(t, _)| *t == table).count())
-    }
-
-    /// Whether a key is held.
-    pub(crate) fn holds(table: u64, id: i64) -> bool {
-        keys()
-            .as_ref()
-            .is_some_and(|keys| keys.contains(&(table, id)))
     }
 
     pub(super) fn release(table: u64, id: i64) {
@@ -162,7 +158,7 @@ impl<DB: Backend> Drop for HeldConn<DB> {
         for key in std::mem::take(&mut self.keys) {
             match key {
                 Key::InProcess(table, id) => in_process::release(table, id),
-                Key::Session(_) => close = true,
+                Key::Session(_) | Key::Pending => close = true,
             }
         }
         if close {

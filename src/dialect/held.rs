@@ -34,25 +34,39 @@ pub(crate) struct RowLockSql {
 }
 
 /// The advisory lock form's statements. Each commits on its own, on the session holding the
-/// row's key.
+/// rows' keys. A claim is two statements (three on MySQL/MariaDB with an attempt column), a
+/// settlement two, for one row or many.
 #[derive(Debug, Clone)]
 pub(crate) struct AdvisorySql {
-    /// Ids of claimable rows whose keys no session holds (PostgreSQL, MySQL), in id order.
+    /// Ids of claimable rows in claim order (SQLite, whose keys are held in the process).
     pub(crate) candidates: Stmt,
     /// The candidates, passing over held-back rows.
     pub(crate) candidates_excluding: Stmt,
-    /// Takes the key of row `id` without waiting: returns 1 when taken (absent on SQLite, whose
-    /// keys are held in the process).
-    pub(crate) lock: Option<Stmt>,
-    /// Releases the key of row `id` (absent on SQLite).
+    /// Takes, without waiting, the keys of up to `Limit` of the first `Window` claimable rows in
+    /// claim order, and returns their ids: the lock is in the query, so a key another session
+    /// holds is passed over, and no key is taken beyond the limit (PostgreSQL, MySQL/MariaDB).
+    pub(crate) lock_many: Option<Stmt>,
+    /// `lock_many`, passing over held-back rows.
+    pub(crate) lock_many_excluding: Option<Stmt>,
+    /// Releases the key of row `id`: 1 when it was held (absent on SQLite).
     pub(crate) unlock: Option<Stmt>,
+    /// Releases the keys of `2^k` ids, returning those whose key was held (absent on SQLite).
+    pub(crate) unlock_many: Option<Box<[Stmt]>>,
     /// Once the key is held: the row if it is still claimable, `(id, payload[, attempt])`,
-    /// counting the attempt where the database has `RETURNING`.
+    /// counting the attempt where the database has `RETURNING`. Row by row, to name a row
+    /// whose take fails.
     pub(crate) take: Stmt,
     /// Counts the attempt after `take` where it could not (MySQL/MariaDB).
     pub(crate) count: Option<Stmt>,
+    /// `take` of `2^k` rows whose keys are held: the rows still claimable (another session may
+    /// have settled one since the claim's snapshot).
+    pub(crate) take_many: Box<[Stmt]>,
+    /// `count` of `2^k` rows (MySQL/MariaDB with an attempt column).
+    pub(crate) count_many: Option<Box<[Stmt]>>,
     /// ack and drop.
     pub(crate) finish: Stmt,
+    /// ack and drop of `2^k` rows.
+    pub(crate) finish_many: Box<[Stmt]>,
     /// retry_after: `retry_after = at`; absent without the column.
     pub(crate) retry_after: Option<Stmt>,
 }
@@ -101,15 +115,16 @@ fn retry_after_by_id(n: &Names, count: bool) -> Option<Stmt> {
     Some(w.finish())
 }
 
-/// The statement `body` renders, once per list size `2^k` up to [`MAX_FINISH`], each ending in
-/// `WHERE id IN (..)`.
-fn by_ids(n: &Names, body: impl Fn(&mut SqlWriter)) -> Box<[Stmt]> {
+/// The statement `body` renders, once per list size `2^k` up to [`MAX_FINISH`]; `body` places
+/// ` WHERE id IN (..)` where it calls its second argument.
+fn by_ids(n: &Names, body: impl Fn(&mut SqlWriter, &dyn Fn(&mut SqlWriter))) -> Box<[Stmt]> {
     (0..=MAX_FINISH.trailing_zeros())
         .map(|k| {
             let mut w = n.writer();
-            body(&mut w);
-            w.push(" WHERE ");
-            ids(&mut w, n, 1 << k);
+            body(&mut w, &|w: &mut SqlWriter| {
+                w.push(" WHERE ");
+                ids(w, n, 1 << k);
+            });
             w.finish()
         })
         .collect()
@@ -138,9 +153,10 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
     });
     let sets = n.dialect == Dialect::Postgres;
     let retry_many = n.attempt.as_deref().filter(|_| sets).map(|attempt| {
-        by_ids(n, |w| {
+        by_ids(n, |w, by| {
             update(w, n);
             n.count_attempt(w, attempt);
+            by(w);
         })
     });
 
@@ -152,7 +168,12 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
         finish: finish_by_id(n),
         retry,
         retry_after: retry_after_by_id(n, true),
-        finish_many: sets.then(|| by_ids(n, |w| finish(w, n))),
+        finish_many: sets.then(|| {
+            by_ids(n, |w, by| {
+                finish(w, n);
+                by(w);
+            })
+        }),
         retry_many,
     }
 }
@@ -164,64 +185,104 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         as_i64(&mut w, &n.id);
         w.push(" FROM ").push(&n.table).push(" WHERE ");
         claimable(&mut w, n);
-        match n.dialect {
-            Dialect::Postgres => postgres::key_not_held(&mut w, n),
-            Dialect::MySql => mysql::key_not_held(&mut w, n),
-            Dialect::Sqlite => {}
-        }
         order(&mut w, n);
         w.push(" LIMIT ").param(Slot::Limit);
         w.finish()
     };
-
-    let (lock, unlock) = match n.dialect {
-        Dialect::Postgres => (Some(postgres::try_lock()), Some(postgres::unlock())),
-        Dialect::MySql => (Some(mysql::try_lock()), Some(mysql::unlock())),
-        Dialect::Sqlite => (None, None),
+    // The candidates in a derived table (its LIMIT keeps it from being merged into the outer
+    // query), each key tried as the outer query reads them until it has `Limit`.
+    let lock_many = |n: &Names| {
+        let try_lock: fn(&mut SqlWriter, &str) = match n.dialect {
+            Dialect::Postgres => postgres::try_lock_of,
+            Dialect::MySql => mysql::try_lock_of,
+            Dialect::Sqlite => return None,
+        };
+        let mut w = n.writer();
+        w.push("SELECT ");
+        as_i64(&mut w, "c.sqlxq_id");
+        w.push(" FROM (SELECT ")
+            .push(&n.id)
+            .push(" AS sqlxq_id FROM ")
+            .push(&n.table)
+            .push(" WHERE ");
+        claimable(&mut w, n);
+        order(&mut w, n);
+        w.push(" LIMIT ").param(Slot::Window).push(") AS c WHERE ");
+        try_lock(&mut w, "c.sqlxq_id");
+        w.push(" LIMIT ").param(Slot::Limit);
+        Some(w.finish())
     };
+    let unlock = match n.dialect {
+        Dialect::Postgres => Some(postgres::unlock()),
+        Dialect::MySql => Some(mysql::unlock()),
+        Dialect::Sqlite => None,
+    };
+    let unlock_many = |count: u16| match n.dialect {
+        Dialect::Postgres => Some(postgres::unlock_many(count)),
+        Dialect::MySql => Some(mysql::unlock_many(count)),
+        Dialect::Sqlite => None,
+    };
+    let unlock_many: Option<Box<[Stmt]>> = (0..=MAX_FINISH.trailing_zeros())
+        .map(|k| unlock_many(1 << k))
+        .collect();
 
-    // The row again, now that its key is held: it may have been settled meanwhile.
-    let mut w = n.writer();
-    let count = match (n.dialect, &n.attempt) {
+    // The rows again, now that their keys are held: one may have been settled meanwhile.
+    let take = |w: &mut SqlWriter, by: &dyn Fn(&mut SqlWriter)| match (n.dialect, &n.attempt) {
         (Dialect::Postgres | Dialect::Sqlite, Some(attempt)) => {
-            update(&mut w, n);
-            n.count_attempt(&mut w, attempt);
-            by_id(&mut w, n);
+            update(w, n);
+            n.count_attempt(w, attempt);
+            by(w);
             w.push(" AND ");
-            claimable(&mut w, n);
+            claimable(w, n);
             w.push(" RETURNING ");
-            as_i64(&mut w, &n.id);
+            as_i64(w, &n.id);
             w.push(", ");
-            n.read_payload(&mut w, "");
+            n.read_payload(w, "");
             w.push(", ");
-            as_i64(&mut w, attempt);
+            as_i64(w, attempt);
             w.push(" - 1");
-            None
         }
-        (_, attempt) => {
-            select_row(&mut w, n);
-            by_id(&mut w, n);
+        _ => {
+            select_row(w, n);
+            by(w);
             w.push(" AND ");
-            claimable(&mut w, n);
-            attempt.as_deref().map(|attempt| {
-                let mut w = n.writer();
-                update(&mut w, n);
-                n.count_attempt(&mut w, attempt);
-                by_id(&mut w, n);
-                w.finish()
-            })
+            claimable(w, n);
         }
     };
-    let take = w.finish();
+    let counts = n.dialect == Dialect::MySql;
+    let count = |w: &mut SqlWriter, attempt: &str, by: &dyn Fn(&mut SqlWriter)| {
+        update(w, n);
+        n.count_attempt(w, attempt);
+        by(w);
+    };
+    let one = |w: &mut SqlWriter| by_id(w, n);
+    let mut w = n.writer();
+    take(&mut w, &one);
 
     AdvisorySql {
         candidates: candidates(n),
         candidates_excluding: candidates(&n.excluding()),
-        lock,
+        lock_many: lock_many(n),
+        lock_many_excluding: lock_many(&n.excluding()),
         unlock,
-        take,
-        count,
+        unlock_many,
+        take: w.finish(),
+        count: n.attempt.as_deref().filter(|_| counts).map(|attempt| {
+            let mut w = n.writer();
+            count(&mut w, attempt, &one);
+            w.finish()
+        }),
+        take_many: by_ids(n, |w, by| take(w, by)),
+        count_many: n
+            .attempt
+            .as_deref()
+            .filter(|_| counts)
+            .map(|attempt| by_ids(n, |w, by| count(w, attempt, by))),
         finish: finish_by_id(n),
+        finish_many: by_ids(n, |w, by| {
+            finish(w, n);
+            by(w);
+        }),
         retry_after: retry_after_by_id(n, false),
     }
 }
@@ -264,34 +325,60 @@ mod tests {
     }
 
     #[test]
-    fn advisory_skips_keys_held_elsewhere_in_the_candidate_query() {
+    fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
         let sql = super::advisory(&names(Dialect::Postgres, Table::new("jobs"), true));
-        assert!(
-            sql.candidates.text().contains(
-                "NOT IN (SELECT objid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1"
-            ),
-            "{}",
-            sql.candidates.text()
+        assert_eq!(
+            sql.lock_many.unwrap().text(),
+            r#"SELECT CAST(c.sqlxq_id AS BIGINT) FROM (SELECT "id" AS sqlxq_id FROM "jobs" WHERE 1 = 1 ORDER BY "id" LIMIT $1) AS c WHERE pg_try_advisory_lock(((CAST($2 AS BIGINT) << 32) | (CAST(c.sqlxq_id AS BIGINT) & 4294967295))) LIMIT $3"#
         );
         assert_eq!(
             sql.take.text(),
             r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 9223372036854775807 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" = $1 AND 1 = 1 RETURNING CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) - 1"#
         );
-        assert!(sql.count.is_none());
+        assert_eq!(
+            sql.take_many[1].text(),
+            r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 9223372036854775807 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" IN ($1, $2) AND 1 = 1 RETURNING CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) - 1"#
+        );
+        assert_eq!(
+            sql.unlock_many.as_ref().unwrap()[1].text(),
+            "SELECT d.k FROM (SELECT DISTINCT v.k FROM (VALUES (CAST($1 AS BIGINT)), (CAST($2 AS \
+             BIGINT))) AS v (k)) AS d WHERE pg_advisory_unlock(((CAST($3 AS BIGINT) << 32) | \
+             (CAST(d.k AS BIGINT) & 4294967295)))"
+        );
+        assert_eq!(
+            sql.finish_many[2].text(),
+            r#"DELETE FROM "jobs" WHERE "id" IN ($1, $2, $3, $4)"#
+        );
+        assert!(sql.count.is_none() && sql.count_many.is_none());
+
         let mut n = names(Dialect::MySql, Table::new("jobs"), true);
         n.attempt_max = 255; // a tinyint unsigned column
         let sql = super::advisory(&n);
+        let lock = sql.lock_many.unwrap();
         assert!(
-            sql.candidates.text().contains("IS_USED_LOCK("),
+            lock.text().starts_with(
+                "SELECT CAST(c.sqlxq_id AS SIGNED) FROM (SELECT `id` AS sqlxq_id FROM `jobs` \
+                 WHERE 1 = 1 ORDER BY `id` LIMIT ?) AS c WHERE GET_LOCK(IF(CHAR_LENGTH(CONCAT(?, \
+                 c.sqlxq_id)) > 64"
+            ) && lock.text().ends_with(", 0) = 1 LIMIT ?"),
             "{}",
-            sql.candidates.text()
+            lock.text()
         );
         assert_eq!(
             sql.count.unwrap().text(),
             "UPDATE `jobs` SET `attempt` = CASE WHEN `attempt` < 255 THEN `attempt` + 1 \
              ELSE `attempt` END WHERE `id` = ?"
         );
+        assert_eq!(
+            sql.count_many.unwrap()[1].text(),
+            "UPDATE `jobs` SET `attempt` = CASE WHEN `attempt` < 255 THEN `attempt` + 1 \
+             ELSE `attempt` END WHERE `id` IN (?, ?)"
+        );
+        assert!(sql.unlock_many.unwrap()[1].text().starts_with(
+            "SELECT CAST(d.k AS SIGNED) FROM (SELECT CAST(? AS SIGNED) AS k UNION SELECT \
+                 CAST(? AS SIGNED) AS k) AS d WHERE RELEASE_LOCK("
+        ));
         let sql = super::advisory(&names(Dialect::Sqlite, Table::new("jobs"), true));
-        assert!(sql.lock.is_none() && sql.unlock.is_none());
+        assert!(sql.lock_many.is_none() && sql.unlock.is_none() && sql.unlock_many.is_none());
     }
 }

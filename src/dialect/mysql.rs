@@ -83,23 +83,33 @@ fn lock_name(w: &mut SqlWriter, id: impl Fn(&mut SqlWriter)) {
     w.push(")");
 }
 
-/// Skips rows whose lock name a session holds.
-pub(super) fn key_not_held(w: &mut SqlWriter, n: &Names) {
-    w.push(" AND IS_USED_LOCK(");
+/// `GET_LOCK` of the lock name of `id` (SQL) without waiting: 1 when taken.
+pub(super) fn try_lock_of(w: &mut SqlWriter, id: &str) {
+    w.push("GET_LOCK(");
     lock_name(w, |w| {
-        w.push(&n.id);
+        w.push(id);
     });
-    w.push(") IS NULL");
+    w.push(", 0) = 1");
 }
 
-/// Takes a row's lock without waiting: 1 when taken.
-pub(super) fn try_lock() -> Stmt {
+/// Releases the locks of `count` ids (`IdAt`, a short list repeating its last id), returning
+/// the ids whose lock was held.
+pub(super) fn unlock_many(count: u16) -> Stmt {
     let mut w = SqlWriter::new(Dialect::MySql);
-    w.push("SELECT CAST(GET_LOCK(");
+    w.push("SELECT CAST(d.k AS SIGNED) FROM (");
+    for i in 0..count {
+        if i > 0 {
+            w.push(" UNION ");
+        }
+        w.push("SELECT CAST(")
+            .param(Slot::IdAt(i))
+            .push(" AS SIGNED) AS k");
+    }
+    w.push(") AS d WHERE RELEASE_LOCK(");
     lock_name(&mut w, |w| {
-        w.param(Slot::Id);
+        w.push("d.k");
     });
-    w.push(", 0) AS SIGNED)");
+    w.push(") = 1");
     w.finish()
 }
 

@@ -93,29 +93,37 @@ pub(super) fn lease_claim(n: &Names) -> Claim {
     Claim::Returning(w.finish())
 }
 
-/// Skips rows whose advisory key a session holds, reading `pg_locks` once for the query. A key
-/// is a `bigint`: the table's class in its high half, the id's low 32 bits in its low half,
-/// which `pg_locks` shows as `classid`, `objid` and `objsubid = 1`.
-pub(super) fn key_not_held(w: &mut SqlWriter, n: &Names) {
-    w.push(" AND CAST(CAST(")
-        .push(&n.id)
-        .push(
-            " AS BIGINT) & 4294967295 AS oid) NOT IN (SELECT objid FROM pg_locks \
-               WHERE locktype = 'advisory' AND objsubid = 1 AND classid = CAST(",
-        )
+/// The key of the row whose id is `id` (SQL): the table's class in the high half, the id's low
+/// 32 bits in the low half.
+fn key_of(w: &mut SqlWriter, id: &str) {
+    w.push("((CAST(")
         .param(Slot::KeyClass)
-        .push(
-            " AS oid) AND database = (SELECT oid FROM pg_database \
-               WHERE datname = current_database()))",
-        );
+        .push(" AS BIGINT) << 32) | (CAST(")
+        .push(id)
+        .push(" AS BIGINT) & 4294967295))");
 }
 
-/// Takes a row's key without waiting: 1 when taken.
-pub(super) fn try_lock() -> Stmt {
+/// `pg_try_advisory_lock` of the key of `id` (SQL): takes it without waiting, true when taken.
+pub(super) fn try_lock_of(w: &mut SqlWriter, id: &str) {
+    w.push("pg_try_advisory_lock(");
+    key_of(w, id);
+    w.push(")");
+}
+
+/// Releases the keys of `count` ids (`IdAt`, a short list repeating its last id), returning
+/// the ids whose key was held.
+pub(super) fn unlock_many(count: u16) -> Stmt {
     let mut w = SqlWriter::new(super::Dialect::Postgres);
-    w.push("SELECT CASE WHEN pg_try_advisory_lock(")
-        .param(Slot::Key)
-        .push(") THEN CAST(1 AS BIGINT) ELSE CAST(0 AS BIGINT) END");
+    w.push("SELECT d.k FROM (SELECT DISTINCT v.k FROM (VALUES ");
+    for i in 0..count {
+        if i > 0 {
+            w.push(", ");
+        }
+        w.push("(CAST(").param(Slot::IdAt(i)).push(" AS BIGINT))");
+    }
+    w.push(") AS v (k)) AS d WHERE pg_advisory_unlock(");
+    key_of(&mut w, "d.k");
+    w.push(")");
     w.finish()
 }
 

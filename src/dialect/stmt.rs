@@ -31,6 +31,9 @@ pub(crate) enum Slot {
     Group,
     /// How many rows a claim takes.
     Limit,
+    /// How many claimable rows a claim looks at to find `Limit` whose keys it gets (the
+    /// advisory form's candidates, rows in work elsewhere among them).
+    Window,
     /// A job's payload.
     Payload,
     /// A row's advisory key (PostgreSQL).
@@ -57,6 +60,7 @@ impl Slot {
             | Slot::IdAt(_)
             | Slot::Excluded(_)
             | Slot::Limit
+            | Slot::Window
             | Slot::Key
             | Slot::KeyClass
             | Slot::Priority => ValueKind::I64,
@@ -116,6 +120,7 @@ pub(crate) struct Args<'a> {
     pub(crate) at: Option<DateTime<Utc>>,
     pub(crate) group: Option<&'a str>,
     pub(crate) limit: i64,
+    pub(crate) window: i64,
     pub(crate) payload: &'a [u8],
     pub(crate) key: i64,
     pub(crate) key_class: i64,
@@ -159,6 +164,7 @@ impl<'a> Args<'a> {
             Slot::At => Value::Time(self.at),
             Slot::Group => Value::Text(self.group),
             Slot::Limit => Value::I64(self.limit),
+            Slot::Window => Value::I64(self.window),
             Slot::Payload => Value::Bytes(self.payload),
             Slot::Key => Value::I64(self.key),
             Slot::KeyClass => Value::I64(self.key_class),

@@ -1,11 +1,12 @@
 //! The advisory lock form: a session lock on the row's key holds the row while its handler runs,
 //! on a connection of the delivery's own ([`keys`] says what a key is made of).
 //!
-//! One query lists claimable rows whose keys no session holds (PostgreSQL reads `pg_locks`,
-//! MySQL `IS_USED_LOCK`); a worker locks the next one without waiting, then reads the row again
-//! (another session may have settled it meanwhile) and counts its attempt. Each settlement
-//! statement commits on its own on that session (or with a transactional delivery's transaction
-//! on it), then the key is released.
+//! A claim is one query that takes the keys of up to `n` claimable rows without waiting (the
+//! lock in the query: a key another session holds is passed over), and one that reads those rows
+//! again (another session may have settled one since the query's snapshot) and counts their
+//! attempts. Each settlement statement commits on its own on that session (or with a
+//! transactional delivery's transaction on it), then the key is released; a batch settles its
+//! acks and drops with one statement and releases its keys with one more.
 //!
 //! The form's type, its [`Form`] impl and its settlement are here; taking and releasing a key
 //! (`take`) is beside it.
@@ -23,7 +24,7 @@ use super::{
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
 use crate::delivery::{Outcome, Settle};
-use crate::dialect::{self, AdvisorySql, Stmt};
+use crate::dialect::{self, AdvisorySql, Args, MAX_FINISH, Stmt};
 use crate::error::{Error, Result};
 
 /// The advisory lock form of one mounted queue.
@@ -32,6 +33,10 @@ pub(crate) struct AdvisoryForm {
     sql: AdvisorySql,
     keys: Keys,
     checked: Checked,
+    /// How many claimable rows a claim looks at for free keys: four times the rows this queue
+    /// holds at most, and at least 256, so rows in work in this and other runners seldom hide
+    /// free ones (a claim that finds none waits for the next poll or wake-up).
+    window: i64,
     /// What opens a transactional delivery's transaction on the key's session.
     begin_delivery: Option<&'static str>,
 }
@@ -48,16 +53,19 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         checked: Checked,
     ) -> Result<Self> {
         let sql = dialect::advisory(&checked.names);
-        let mut statements = vec![
-            &sql.candidates,
-            &sql.candidates_excluding,
-            &sql.take,
-            &sql.finish,
-        ];
-        statements.extend(sql.lock.iter().chain(&sql.unlock));
-        statements.extend(sql.count.iter().chain(&sql.retry_after));
+        let mut statements = vec![&sql.take, &sql.finish];
+        match (&sql.lock_many, &sql.lock_many_excluding) {
+            (Some(lock), Some(excluding)) => statements.extend([lock, excluding]),
+            _ => statements.extend([&sql.candidates, &sql.candidates_excluding]),
+        }
+        statements.extend(sql.unlock.iter().chain(&sql.count).chain(&sql.retry_after));
+        statements.extend(sql.take_many.iter().chain(sql.finish_many.iter()));
+        statements.extend(sql.unlock_many.iter().flatten());
+        statements.extend(sql.count_many.iter().flatten());
         super::schema::prepare_all::<DB>(conn, config, &statements).await?;
+        let held = config.workers.saturating_mul(config.batch.unwrap_or(1));
         Ok(AdvisoryForm {
+            window: i64::try_from(held.saturating_mul(4).max(256)).unwrap_or(i64::MAX),
             keys: Keys::of(DB::DIALECT, &checked.identity.key),
             begin_delivery: dialect::begin_delivery(
                 DB::DIALECT,
@@ -70,26 +78,16 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         })
     }
 
-    /// Takes one row, on a connection that then holds its key: the claim of worker `index` of
-    /// `workers`. The workers list the same candidates (twice as many as there are workers);
-    /// each starts at its own place in the list, so they seldom race for one key.
+    /// Takes one row, on a connection that then holds its key.
     async fn claim(
         &self,
         conns: &Conns<DB>,
         _: usize,
-        (index, workers): (usize, usize),
+        _: (usize, usize),
         excluded: &[i64],
     ) -> Result<Vec<(ClaimedRow, Held<DB>)>, ClaimFailed> {
-        let now = self.checked.clock.now();
         let mut conn = HeldConn::new(conns.get().await?);
-        let mut candidates = self
-            .candidates::<DB>(&mut conn, workers, now, excluded)
-            .await?;
-        if !candidates.is_empty() {
-            let start = index % candidates.len();
-            candidates.rotate_left(start);
-        }
-        match self.take::<DB>(&mut conn, &mut candidates, now).await? {
+        match self.take::<DB>(&mut conn, 1, excluded).await?.pop() {
             Some(row) => {
                 let session = row.session;
                 Ok(vec![(row, Held::new(conn, session))])
@@ -108,18 +106,8 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         size: usize,
         excluded: &[i64],
     ) -> Result<(Vec<ClaimedRow>, HeldConn<DB>), ClaimFailed> {
-        let now = self.checked.clock.now();
         let mut conn = HeldConn::new(conns.get().await?);
-        let mut candidates = self
-            .candidates::<DB>(&mut conn, size, now, excluded)
-            .await?;
-        let mut rows = Vec::with_capacity(size);
-        while rows.len() < size {
-            match self.take::<DB>(&mut conn, &mut candidates, now).await? {
-                Some(row) => rows.push(row),
-                None => break,
-            }
-        }
+        let rows = self.take::<DB>(&mut conn, size, excluded).await?;
         Ok((rows, conn))
     }
 
@@ -193,10 +181,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         mut conn: HeldConn<DB>,
         _: bool,
     ) -> Result<Vec<Result<()>>, (Option<i64>, Error)> {
-        let mut results = Vec::with_capacity(settlements.len());
-        for &(id, outcome) in settlements {
-            results.push(self.settle_on::<DB>(&mut conn, id, outcome).await);
-        }
+        let results = self.settle_sets::<DB>(&mut conn, settlements).await;
         conns.put_held(conn);
         Ok(results)
     }
@@ -218,14 +203,15 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
     }
 
     async fn release_batch(&self, conns: &Conns<DB>, ids: &[i64], mut conn: HeldConn<DB>) -> u64 {
-        let mut released = 0;
-        for &id in ids {
-            if self.unlock::<DB>(&mut conn, id).await.is_ok() {
-                released += 1;
+        let released = match self.unlock_many::<DB>(&mut conn, ids).await {
+            Ok(lost) => ids.len() - lost.len(),
+            Err(error) => {
+                tracing::warn!(%error, "could not release a batch's keys; its connection is closed");
+                0
             }
-        }
+        };
         conns.put_held(conn);
-        released
+        released as u64
     }
 
     async fn abandon(
@@ -245,6 +231,73 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
 }
 
 impl AdvisoryForm {
+    /// Settles a batch on the session holding its keys: acks and drops with one statement (row
+    /// by row if it fails, so each row's own statement says how it went), retries with none, and
+    /// their keys released with one more; a delay, a dead letter or a custom statement row by
+    /// row, as a single delivery. One result per row, in order.
+    async fn settle_sets<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        settlements: &[(i64, Outcome)],
+    ) -> Vec<Result<()>> {
+        let checked = &self.checked;
+        let mut results: Vec<Option<Result<()>>> = settlements.iter().map(|_| None).collect();
+        let (mut finish, mut unlock_only) = (Vec::new(), Vec::new());
+        for (i, &(id, outcome)) in settlements.iter().enumerate() {
+            match outcome.0 {
+                _ if checked.custom.get(outcome.0).is_some() => {}
+                Settle::Ack | Settle::Drop | Settle::Undecodable => finish.push((i, id)),
+                Settle::DeadLetter if checked.dead.is_none() => {
+                    no_dead_letter(&checked.table, id);
+                    finish.push((i, id));
+                }
+                Settle::Retry => unlock_only.push((i, id)),
+                Settle::DeadLetter | Settle::RetryAfter(_) => {}
+            }
+        }
+        let now = Some(checked.clock.now());
+        let mut failed = Vec::new();
+        for chunk in finish.chunks(MAX_FINISH) {
+            let ids: Vec<i64> = chunk.iter().map(|(_, id)| *id).collect();
+            let args = Args {
+                ids: &ids,
+                now,
+                ..Args::default()
+            };
+            let stmt = take::for_len(&self.sql.finish_many, ids.len());
+            match execute::<DB>(conn, stmt, &args).await {
+                Ok(_) => unlock_only.extend_from_slice(chunk),
+                // Row by row below: each row's statement fails or not on its own, and names
+                // its row.
+                Err(error) => {
+                    tracing::debug!(%error, rows = ids.len(), "a batch's acks fall back to one per row");
+                    failed.extend_from_slice(chunk);
+                }
+            }
+        }
+        let ids: Vec<i64> = unlock_only.iter().map(|(_, id)| *id).collect();
+        match self.unlock_many::<DB>(conn, &ids).await {
+            Ok(lost) => {
+                for &(i, id) in &unlock_only {
+                    let lost = lost.contains(&id).then(|| self.key_lost(id));
+                    results[i].get_or_insert(lost.map_or(Ok(()), Err));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not release a batch's keys; its connection is closed");
+                for &(i, _) in &unlock_only {
+                    results[i].get_or_insert(Ok(()));
+                }
+            }
+        }
+        for (i, &(id, outcome)) in settlements.iter().enumerate() {
+            if results[i].is_none() || failed.iter().any(|(f, _)| *f == i) {
+                results[i] = Some(self.settle_on::<DB>(conn, id, outcome).await);
+            }
+        }
+        results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
+    }
+
     /// Settles row `id` on the session holding its key (each statement commits on its own, or
     /// with the delivery's transaction when `conn` is in one), then releases the key. A
     /// statement that fails still releases the key, and the row returns as it was.

@@ -1,125 +1,189 @@
-//! The advisory form's take: listing the rows whose keys no session holds, locking a key without
-//! waiting and reading its row again, and unlocking it — the key handling, apart from the form's
-//! trait impl, which says when each runs.
-
-use std::collections::VecDeque;
+//! The advisory form's take and release: locking keys without waiting and reading their rows
+//! again, and unlocking them — the key handling, apart from the form's trait impl, which says
+//! when each runs. A take is two statements for one row or many (three on MySQL/MariaDB with an
+//! attempt column); a release is one.
 
 use chrono::{DateTime, Utc};
 
 use super::AdvisoryForm;
 use super::keys::Keys;
 use crate::backend::{Backend, ClaimedRow, HeldConn, Key, in_process, is_row_error};
-use crate::dialect::Args;
+use crate::dialect::{Args, MAX_FINISH, Stmt};
 use crate::error::{Error, Result};
 use crate::form::{ClaimFailed, execute, fetch_claimed, fetch_i64, fetch_i64s};
 
-impl AdvisoryForm {
-    /// Ids of claimable rows whose keys no session holds, in claim order (twice what is wanted,
-    /// as some may be taken meanwhile), passing over the `excluded` ids.
-    pub(super) async fn candidates<DB: Backend>(
-        &self,
-        conn: &mut DB::Connection,
-        want: usize,
-        now: DateTime<Utc>,
-        excluded: &[i64],
-    ) -> Result<VecDeque<i64>, sqlx::Error> {
-        // SQLite's keys are held in this process, not skipped by the query: list past them.
-        let held = match self.keys {
-            Keys::InProcess { table } => in_process::count(table),
-            _ => 0,
-        };
-        let args = Args {
-            now: Some(now),
-            group: self.checked.group.as_deref(),
-            limit: i64::try_from(want * 2 + 2 + held).unwrap_or(i64::MAX),
-            excluded,
-            ..self.keys.args(0)
-        };
-        let candidates = match excluded {
-            [] => &self.sql.candidates,
-            _ => &self.sql.candidates_excluding,
-        };
-        let ids = fetch_i64s::<DB>(conn, candidates, &args).await?;
-        Ok(match self.keys {
-            Keys::InProcess { table } => ids
-                .into_iter()
-                .filter(|id| !in_process::holds(table, *id))
-                .collect(),
-            _ => ids.into(),
-        })
-    }
+/// The statement of `statements` (one per list size `2^k`) for `n` ids.
+pub(super) fn for_len(statements: &[Stmt], n: usize) -> &Stmt {
+    let k = n.next_power_of_two().trailing_zeros() as usize;
+    &statements[k.min(statements.len() - 1)]
+}
 
-    /// Takes the next candidate whose key `conn` gets, and holds it there. A take that fails
-    /// for a reason of the row's own releases its key and names the row.
+impl AdvisoryForm {
+    /// Takes up to `want` rows on `conn`, which then holds their keys: their keys first, without
+    /// waiting, then the rows still claimable, their attempts counted. A take that fails for a
+    /// reason of one row's own releases every key and names the row.
     pub(super) async fn take<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
-        candidates: &mut VecDeque<i64>,
-        now: DateTime<Utc>,
-    ) -> Result<Option<ClaimedRow>, ClaimFailed> {
-        while let Some(id) = candidates.pop_front() {
-            if !self.lock::<DB>(conn, id).await? {
-                continue;
+        want: usize,
+        excluded: &[i64],
+    ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
+        let now = self.checked.clock.now();
+        let mut ids = Vec::new();
+        for chunk in 0..want.div_ceil(MAX_FINISH) {
+            let want = (want - chunk * MAX_FINISH).min(MAX_FINISH);
+            let locked = self.lock::<DB>(conn, want, now, excluded).await?;
+            let done = locked.len() < want;
+            ids.extend(locked);
+            if done {
+                break;
             }
+        }
+        let mut rows = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(MAX_FINISH) {
+            match self.reread::<DB>(conn, chunk, now).await {
+                Ok(read) => rows.extend(read),
+                Err(error) if is_row_error(&error) => {
+                    // One statement names no row: row by row to find it.
+                    let named = self.reread_each::<DB>(conn, chunk, now).await;
+                    self.unlock_many::<DB>(conn, &ids).await?;
+                    return Err(named.err().unwrap_or(ClaimFailed {
+                        row: None,
+                        error: error.into(),
+                    }));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        // Rows settled by another session since the claim's snapshot: their keys go back.
+        let stale: Vec<i64> = ids
+            .iter()
+            .copied()
+            .filter(|id| !rows.iter().any(|row| row.id == *id))
+            .collect();
+        if !stale.is_empty() {
+            self.unlock_many::<DB>(conn, &stale).await?;
+        }
+        // In claim order, as the keys were taken.
+        rows.sort_by_key(|row| ids.iter().position(|id| *id == row.id));
+        Ok(rows)
+    }
+
+    /// Takes the keys of up to `want` (at most [`MAX_FINISH`]) claimable rows without waiting:
+    /// the ids whose keys `conn` now holds.
+    async fn lock<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        want: usize,
+        now: DateTime<Utc>,
+        excluded: &[i64],
+    ) -> Result<Vec<i64>, sqlx::Error> {
+        let args = Args {
+            now: Some(now),
+            group: self.checked.group.as_deref(),
+            limit: i64::try_from(want).unwrap_or(i64::MAX),
+            window: self.window,
+            excluded,
+            ..self.keys.args(0)
+        };
+        match self.keys {
+            Keys::InProcess { table } => {
+                // SQLite's keys are held in this process: list past the ones it holds.
+                let held = in_process::count(table);
+                let args = Args {
+                    limit: i64::try_from(want * 2 + 2 + held).unwrap_or(i64::MAX),
+                    ..args
+                };
+                let candidates = match excluded {
+                    [] => &self.sql.candidates,
+                    _ => &self.sql.candidates_excluding,
+                };
+                let mut taken = Vec::with_capacity(want);
+                for id in fetch_i64s::<DB>(conn, candidates, &args).await? {
+                    if taken.len() == want {
+                        break;
+                    }
+                    if in_process::take(table, id) {
+                        conn.hold_key(Key::InProcess(table, id));
+                        taken.push(id);
+                    }
+                }
+                Ok(taken)
+            }
+            _ => {
+                let lock = match excluded {
+                    [] => self.sql.lock_many.as_ref(),
+                    _ => self.sql.lock_many_excluding.as_ref(),
+                };
+                let Some(lock) = lock else {
+                    return Ok(Vec::new());
+                };
+                // Marked first: if the answer is lost, the connection is closed, not reused.
+                conn.hold_key(Key::Pending);
+                let ids = fetch_i64s::<DB>(conn, lock, &args).await?;
+                for id in &ids {
+                    conn.hold_key(Key::Session(*id));
+                }
+                conn.release_key(Key::Pending);
+                Ok(ids)
+            }
+        }
+    }
+
+    /// Reads rows `ids` (whose keys `conn` holds) again, those still claimable, and counts their
+    /// attempts.
+    async fn reread<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        ids: &[i64],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+        let args = Args {
+            ids,
+            now: Some(now),
+            group: self.checked.group.as_deref(),
+            ..Args::default()
+        };
+        let with_attempt = self.checked.with_attempt;
+        let take = for_len(&self.sql.take_many, ids.len());
+        let rows = fetch_claimed::<DB>(&mut *conn, take, &args, with_attempt).await?;
+        if let (false, Some(count)) = (rows.is_empty(), &self.sql.count_many) {
+            let read: Vec<i64> = rows.iter().map(|row| row.id).collect();
+            let args = Args { ids: &read, ..args };
+            execute::<DB>(&mut *conn, for_len(count, read.len()), &args).await?;
+        }
+        Ok(rows)
+    }
+
+    /// [`reread`](Self::reread) row by row, to name the row whose statement fails.
+    async fn reread_each<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        ids: &[i64],
+        now: DateTime<Utc>,
+    ) -> Result<(), ClaimFailed> {
+        for &id in ids {
             let args = Args {
+                id,
                 now: Some(now),
                 group: self.checked.group.as_deref(),
-                ..self.keys.args(id)
+                ..Args::default()
             };
             let with_attempt = self.checked.with_attempt;
             let taken = async {
-                let row = fetch_claimed::<DB>(&mut *conn, &self.sql.take, &args, with_attempt)
-                    .await?
-                    .pop();
-                if let (Some(_), Some(count)) = (&row, &self.sql.count) {
+                let read =
+                    fetch_claimed::<DB>(&mut *conn, &self.sql.take, &args, with_attempt).await?;
+                if let (false, Some(count)) = (read.is_empty(), &self.sql.count) {
                     execute::<DB>(&mut *conn, count, &args).await?;
                 }
-                Ok::<_, sqlx::Error>(row)
+                Ok::<_, sqlx::Error>(())
             };
-            match taken.await {
-                Ok(Some(row)) => return Ok(Some(row)),
-                // Settled by another session since the candidates were listed.
-                Ok(None) => self.unlock::<DB>(conn, id).await?,
-                Err(error) => {
-                    if is_row_error(&error) {
-                        self.unlock::<DB>(conn, id).await?;
-                    }
-                    return Err(ClaimFailed {
-                        row: Some(id),
-                        error: error.into(),
-                    });
-                }
-            }
+            taken.await.map_err(|error| ClaimFailed {
+                row: Some(id),
+                error: error.into(),
+            })?;
         }
-        Ok(None)
-    }
-
-    /// Takes row `id`'s key on `conn` without waiting.
-    pub(super) async fn lock<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        id: i64,
-    ) -> Result<bool, sqlx::Error> {
-        match (&self.keys, &self.sql.lock) {
-            (Keys::InProcess { table }, _) => {
-                let taken = in_process::take(*table, id);
-                if taken {
-                    conn.hold_key(Key::InProcess(*table, id));
-                }
-                Ok(taken)
-            }
-            (keys, Some(lock)) => {
-                // Marked first: if the answer is lost, the connection is closed, not reused.
-                conn.hold_key(Key::Session(id));
-                let taken = fetch_i64::<DB>(conn, lock, &keys.args(id)).await? == Some(1);
-                if !taken {
-                    conn.release_key(Key::Session(id));
-                }
-                Ok(taken)
-            }
-            // The server databases' keys are rendered with their lock statement.
-            (_, None) => Ok(false),
-        }
+        Ok(())
     }
 
     /// Releases row `id`'s key. An unlock the server does not confirm is an error: the
@@ -128,14 +192,50 @@ impl AdvisoryForm {
         if let Some(unlock) = &self.sql.unlock {
             let released = fetch_i64::<DB>(conn, unlock, &self.keys.args(id)).await?;
             if released != Some(1) {
-                return Err(Error::KeyLost {
-                    queue: self.checked.queue.to_string(),
-                    table: self.checked.table.to_string(),
-                    id,
-                });
+                return Err(self.key_lost(id));
             }
         }
         conn.release_key(self.keys.key_of(id));
         Ok(())
+    }
+
+    /// Releases the keys of rows `ids`: the ids whose key was not held (lost with a session the
+    /// server ended), or the statement's error. Either leaves the connection holding a key it
+    /// does not know of, so it is closed when dropped.
+    pub(super) async fn unlock_many<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        ids: &[i64],
+    ) -> Result<Vec<i64>> {
+        let mut lost = Vec::new();
+        if let Some(unlock) = &self.sql.unlock_many {
+            for chunk in ids.chunks(MAX_FINISH) {
+                let args = Args {
+                    ids: chunk,
+                    ..self.keys.args(0)
+                };
+                let released = fetch_i64s::<DB>(conn, for_len(unlock, chunk.len()), &args).await?;
+                for &id in chunk {
+                    if released.contains(&id) {
+                        conn.release_key(Key::Session(id));
+                    } else {
+                        lost.push(id);
+                    }
+                }
+            }
+        } else {
+            for &id in ids {
+                conn.release_key(self.keys.key_of(id));
+            }
+        }
+        Ok(lost)
+    }
+
+    pub(super) fn key_lost(&self, id: i64) -> Error {
+        Error::KeyLost {
+            queue: self.checked.queue.to_string(),
+            table: self.checked.table.to_string(),
+            id,
+        }
     }
 }
