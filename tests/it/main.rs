@@ -6,8 +6,30 @@
 //! themselves with a notice when those are not set (they fail instead under
 //! `SQLX_QUEUE_REQUIRE_ALL=1`).
 
+/// `#[tokio::test]`s that run an area's generic tests with the type arguments given, under the
+/// tests' own names: `instantiate!(lease<sqlx::Sqlite>: ack_deletes_the_row)` writes
+/// `async fn ack_deletes_the_row()`, which runs `crate::lease::ack_deletes_the_row::<sqlx::Sqlite>()`;
+/// `instantiate!(dead<sqlx::Sqlite, LeaseForm>: ..)` runs them on one claim form too.
+macro_rules! instantiate {
+    ($area:ident<$db:ty>: $($test:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            crate::$area::$test::<$db>().await;
+        }
+    )+};
+    ($area:ident<$db:ty, $form:ty>: $($test:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            crate::$area::$test::<$db, $form>().await;
+        }
+    )+};
+}
+pub(crate) use instantiate;
+
 mod examples;
 mod support;
+
+mod lease;
 
 include!("held.rs");
 include!("dead.rs");
@@ -26,8 +48,7 @@ macro_rules! per_database {
             type Db = $ty;
 
             mod lease {
-                use super::*;
-                include!("lease.rs");
+                crate::lease::tests!($ty);
             }
             mod runner {
                 use super::*;

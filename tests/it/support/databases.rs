@@ -1,12 +1,14 @@
 //! The databases the tests run on: what each needs written its own way (connections, DDL,
-//! triggers) and the few statements the tests assert with.
+//! triggers), the few statements the tests assert with, and the calls a generic test cannot make
+//! itself (sqlx's executor and decode bounds do not follow a generic `DB`): enqueues, statements
+//! on a transaction or a delivery's connection, and the columns of a row.
 
 use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::Pool;
-use sqlx_queue::Backend;
+use sqlx_queue::{Backend, Job, Table};
 
 /// The columns a test table has beyond `id` and `payload`.
 #[derive(Debug, Clone, Copy, Default)]
@@ -31,8 +33,59 @@ impl Spec {
     }
 }
 
-/// A database the tests run against.
-pub(crate) trait TestDb: Backend + Sized {
+/// A value `TestDb::fetch_all` binds to a placeholder.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Bind<'a> {
+    Text(&'a str),
+    Int(i64),
+    Time(DateTime<Utc>),
+}
+
+/// A row of one of the databases, read by column (`Row::try_get` as each database's own row
+/// type has it).
+pub(crate) trait TestRow: sqlx::Row {
+    fn int(&self, column: &str) -> sqlx::Result<i64>;
+    fn blob(&self, column: &str) -> sqlx::Result<Vec<u8>>;
+    fn text(&self, column: &str) -> sqlx::Result<String>;
+    fn text_or_null(&self, column: &str) -> sqlx::Result<Option<String>>;
+    fn text_at(&self, index: usize) -> sqlx::Result<String>;
+}
+
+macro_rules! test_row {
+    ($($row:ty),*) => {$(
+        impl TestRow for $row {
+            fn int(&self, column: &str) -> sqlx::Result<i64> {
+                sqlx::Row::try_get(self, column)
+            }
+
+            fn blob(&self, column: &str) -> sqlx::Result<Vec<u8>> {
+                sqlx::Row::try_get(self, column)
+            }
+
+            fn text(&self, column: &str) -> sqlx::Result<String> {
+                sqlx::Row::try_get(self, column)
+            }
+
+            fn text_or_null(&self, column: &str) -> sqlx::Result<Option<String>> {
+                sqlx::Row::try_get(self, column)
+            }
+
+            fn text_at(&self, index: usize) -> sqlx::Result<String> {
+                sqlx::Row::try_get(self, index)
+            }
+        }
+    )*};
+}
+
+test_row!(
+    sqlx::sqlite::SqliteRow,
+    sqlx::postgres::PgRow,
+    sqlx::mysql::MySqlRow
+);
+
+/// A database the tests run against. A test is written once, generic over it: what differs
+/// between the databases is an item here, or a branch on `LABEL`.
+pub(crate) trait TestDb: Backend<Row: TestRow> + Sized {
     /// The environment variable with the server's URL (`None`: SQLite, always available).
     const URL_VAR: Option<&'static str>;
     const LABEL: &'static str;
@@ -70,6 +123,56 @@ pub(crate) trait TestDb: Backend + Sized {
     ) -> impl Future<Output = sqlx::Result<()>> + Send;
     fn count(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<i64>> + Send;
     fn bytes(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<Vec<u8>>> + Send;
+    fn text(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<String>> + Send;
+    /// The rows of `sql` (in the database's own placeholders), with `binds` bound in order.
+    fn fetch_all(
+        pool: &Pool<Self>,
+        sql: &str,
+        binds: &[Bind<'_>],
+    ) -> impl Future<Output = sqlx::Result<Vec<Self::Row>>> + Send;
+    /// Runs `sql` on `conn` (a transaction, `&mut *tx`, or a delivery's, `&mut *d.tx()`)
+    /// unprepared, as `sqlx::raw_sql`.
+    fn exec_on(
+        conn: &mut Self::Connection,
+        sql: &str,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+    /// Runs `sql` on `conn` as a prepared statement, as `sqlx::query`.
+    fn query_on(
+        conn: &mut Self::Connection,
+        sql: &str,
+    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+    fn count_on(
+        conn: &mut Self::Connection,
+        sql: &str,
+    ) -> impl Future<Output = sqlx::Result<i64>> + Send;
+    fn text_on(
+        conn: &mut Self::Connection,
+        sql: &str,
+    ) -> impl Future<Output = sqlx::Result<String>> + Send;
+    /// `Table::enqueue` on the pool.
+    fn enqueue(
+        pool: &Pool<Self>,
+        table: &Table,
+        job: Job<'_>,
+    ) -> impl Future<Output = sqlx_queue::Result<i64>> + Send;
+    /// `Table::enqueue_many` on the pool.
+    fn enqueue_many(
+        pool: &Pool<Self>,
+        table: &Table,
+        jobs: &[Job<'_>],
+    ) -> impl Future<Output = sqlx_queue::Result<u64>> + Send;
+    /// `Table::enqueue` on `conn` (a transaction or a delivery's).
+    fn enqueue_on(
+        conn: &mut Self::Connection,
+        table: &Table,
+        job: Job<'_>,
+    ) -> impl Future<Output = sqlx_queue::Result<i64>> + Send;
+    /// `Table::enqueue_many` on `conn`.
+    fn enqueue_many_on(
+        conn: &mut Self::Connection,
+        table: &Table,
+        jobs: &[Job<'_>],
+    ) -> impl Future<Output = sqlx_queue::Result<u64>> + Send;
     fn ddl(table: &str, spec: Spec) -> String;
 }
 
@@ -100,6 +203,84 @@ macro_rules! test_db_common {
             sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
                 .fetch_one(pool)
                 .await
+        }
+
+        async fn text(pool: &Pool<Self>, sql: &str) -> sqlx::Result<String> {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(pool)
+                .await
+        }
+
+        async fn fetch_all(
+            pool: &Pool<Self>,
+            sql: &str,
+            binds: &[Bind<'_>],
+        ) -> sqlx::Result<Vec<Self::Row>> {
+            let mut query = sqlx::query::<Self>(sqlx::AssertSqlSafe(sql));
+            for bind in binds {
+                query = match *bind {
+                    Bind::Text(text) => query.bind(text),
+                    Bind::Int(n) => query.bind(n),
+                    Bind::Time(time) => query.bind(time),
+                };
+            }
+            query.fetch_all(pool).await
+        }
+
+        async fn exec_on(conn: &mut Self::Connection, sql: &str) -> sqlx::Result<()> {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+                .execute(conn)
+                .await?;
+            Ok(())
+        }
+
+        async fn query_on(conn: &mut Self::Connection, sql: &str) -> sqlx::Result<()> {
+            sqlx::query(sqlx::AssertSqlSafe(sql)).execute(conn).await?;
+            Ok(())
+        }
+
+        async fn count_on(conn: &mut Self::Connection, sql: &str) -> sqlx::Result<i64> {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(conn)
+                .await
+        }
+
+        async fn text_on(conn: &mut Self::Connection, sql: &str) -> sqlx::Result<String> {
+            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
+                .fetch_one(conn)
+                .await
+        }
+
+        async fn enqueue(
+            pool: &Pool<Self>,
+            table: &Table,
+            job: Job<'_>,
+        ) -> sqlx_queue::Result<i64> {
+            table.enqueue(pool, job).await
+        }
+
+        async fn enqueue_many(
+            pool: &Pool<Self>,
+            table: &Table,
+            jobs: &[Job<'_>],
+        ) -> sqlx_queue::Result<u64> {
+            table.enqueue_many(pool, jobs).await
+        }
+
+        async fn enqueue_on(
+            conn: &mut Self::Connection,
+            table: &Table,
+            job: Job<'_>,
+        ) -> sqlx_queue::Result<i64> {
+            table.enqueue(conn, job).await
+        }
+
+        async fn enqueue_many_on(
+            conn: &mut Self::Connection,
+            table: &Table,
+            jobs: &[Job<'_>],
+        ) -> sqlx_queue::Result<u64> {
+            table.enqueue_many(conn, jobs).await
         }
     };
 }

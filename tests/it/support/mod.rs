@@ -1,9 +1,10 @@
 //! What the tests share: one context per test, with its own tables (SQLite: its own file), on
-//! the databases of `databases`; the waits; and (`process`) the example binaries. Every assertion
-//! reads the database through a count, so the same test text runs on PostgreSQL, MariaDB and
-//! SQLite.
+//! the databases of `databases`; the claim forms as types (`forms`); the waits; and (`process`)
+//! the example binaries. Every assertion reads the database through a count, so the same test
+//! text runs on PostgreSQL, MariaDB and SQLite.
 
 mod databases;
+mod forms;
 mod process;
 
 use std::future::Future;
@@ -13,7 +14,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::Pool;
 
-pub(crate) use databases::{Spec, TestDb};
+pub(crate) use databases::{Bind, Spec, TestDb, TestRow};
+pub(crate) use forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
 pub(crate) use process::{Consumer, example_binary};
 
 /// A name no other test (in this run or an earlier one) uses.
