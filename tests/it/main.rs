@@ -29,7 +29,15 @@ pub(crate) use instantiate;
 mod examples;
 mod support;
 
+mod custom_sql;
+mod docs;
+mod enqueue;
+mod explain;
 mod lease;
+mod notify;
+mod order;
+mod runner;
+mod schema;
 
 include!("held.rs");
 include!("dead.rs");
@@ -51,32 +59,25 @@ macro_rules! per_database {
                 crate::lease::tests!($ty);
             }
             mod runner {
-                use super::*;
-                include!("runner.rs");
+                crate::runner::tests!($ty);
             }
             mod enqueue {
-                use super::*;
-                include!("enqueue.rs");
+                crate::enqueue::tests!($ty);
             }
             mod schema {
-                use super::*;
-                include!("schema.rs");
+                crate::schema::tests!($ty);
             }
             mod docs {
-                use super::*;
-                include!("docs.rs");
+                crate::docs::tests!($ty);
             }
             mod order {
-                use super::*;
-                include!("order.rs");
+                crate::order::tests!($ty);
             }
             mod notify {
-                use super::*;
-                include!("notify.rs");
+                crate::notify::tests!($ty);
             }
             mod explain {
-                use super::*;
-                include!("explain.rs");
+                crate::explain::tests!($ty);
             }
             mod isolation {
                 use super::*;
@@ -99,8 +100,7 @@ macro_rules! per_database {
                 include!("dead_table.rs");
             }
             mod custom_sql {
-                use super::*;
-                include!("custom_sql.rs");
+                crate::custom_sql::tests!($ty);
             }
             mod refusals {
                 use super::*;

@@ -33,7 +33,7 @@ impl Spec {
     }
 }
 
-/// A value `TestDb::fetch_all` binds to a placeholder.
+/// A value `TestDb::rows` binds to a placeholder.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Bind<'a> {
     Text(&'a str),
@@ -125,7 +125,7 @@ pub(crate) trait TestDb: Backend<Row: TestRow> + Sized {
     fn bytes(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<Vec<u8>>> + Send;
     fn text(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<String>> + Send;
     /// The rows of `sql` (in the database's own placeholders), with `binds` bound in order.
-    fn fetch_all(
+    fn rows(
         pool: &Pool<Self>,
         sql: &str,
         binds: &[Bind<'_>],
@@ -211,7 +211,7 @@ macro_rules! test_db_common {
                 .await
         }
 
-        async fn fetch_all(
+        async fn rows(
             pool: &Pool<Self>,
             sql: &str,
             binds: &[Bind<'_>],
