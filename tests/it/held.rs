@@ -31,7 +31,7 @@ macro_rules! held_form_tests {
             /// Row mode: the row is read whole on the connection that holds it.
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn a_row_handler_gets_its_row_whole() {
-                use super::rows::{emails, handled, send_rows};
+                use crate::rows::{emails, handled, send_rows};
                 let Some(mut ctx) = Ctx::<Db>::new().await else { return };
                 let (t, want) = emails(&mut ctx).await;
                 let (tx, mut seen) = mpsc::unbounded_channel();

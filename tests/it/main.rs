@@ -30,12 +30,18 @@ mod examples;
 mod support;
 
 mod custom_sql;
+mod dead_table;
 mod docs;
 mod enqueue;
 mod explain;
+mod identity;
+mod isolation;
 mod lease;
 mod notify;
 mod order;
+mod payload;
+mod refusals;
+mod rows;
 mod runner;
 mod schema;
 
@@ -80,31 +86,25 @@ macro_rules! per_database {
                 crate::explain::tests!($ty);
             }
             mod isolation {
-                use super::*;
-                include!("isolation.rs");
+                crate::isolation::tests!($ty);
             }
             mod payload {
-                use super::*;
-                include!("payload.rs");
+                crate::payload::tests!($ty);
             }
             mod rows {
-                use super::*;
-                include!("rows.rs");
+                crate::rows::tests!($ty);
             }
             mod identity {
-                use super::*;
-                include!("identity.rs");
+                crate::identity::tests!($ty);
             }
             mod dead_table {
-                use super::*;
-                include!("dead_table.rs");
+                crate::dead_table::tests!($ty);
             }
             mod custom_sql {
                 crate::custom_sql::tests!($ty);
             }
             mod refusals {
-                use super::*;
-                include!("refusals.rs");
+                crate::refusals::tests!($ty);
             }
             held_form_tests!(advisory, advisory_lock, true);
             dead_letter_tests!(lease_dead, true, lease("locked_until"));
