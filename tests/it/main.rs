@@ -1,10 +1,16 @@
 //! Integration tests, one binary: every area's tests run on SQLite, PostgreSQL and MariaDB/MySQL.
 //!
-//! Each area file is written once against the alias `Db` and included in one module per
-//! database, so `cargo test sqlite::` (or `postgres::`, `mysql::`) runs one database's tests.
-//! PostgreSQL and MySQL tests read `SQLX_QUEUE_PG_URL` and `SQLX_QUEUE_MYSQL_URL`, and skip
-//! themselves with a notice when those are not set (they fail instead under
-//! `SQLX_QUEUE_REQUIRE_ALL=1`).
+//! Each area is a module of generic tests, written once: `async fn name<DB: TestDb>()`, and for
+//! the areas run once per claim form (`held`, `dead`, `transactional`, `batch`, `redelivery`,
+//! `shutdown`, `poison`, `attempts`) `async fn name<DB: TestDb, F: Form<DB>>()`; what differs
+//! between databases or forms is an item of `support::TestDb` or `support::Form`, or a branch on
+//! it. Each area lists its tests in its `tests!` macro, and `per_database!` below writes one
+//! module per database with one module per area (and form) in it, whose `#[tokio::test]`s run
+//! the area's tests on that database, under their own names: `cargo test sqlite::` (or
+//! `postgres::`, `mysql::`) runs one database's tests, `cargo test postgres::row_lock_batch::` one
+//! form's batches there. PostgreSQL and MySQL tests read `SQLX_QUEUE_PG_URL` and
+//! `SQLX_QUEUE_MYSQL_URL`, and skip themselves with a notice when those are not set (they fail
+//! instead under `SQLX_QUEUE_REQUIRE_ALL=1`).
 
 /// `#[tokio::test]`s that run an area's generic tests with the type arguments given, under the
 /// tests' own names: `instantiate!(lease<sqlx::Sqlite>: ack_deletes_the_row)` writes
@@ -29,11 +35,14 @@ pub(crate) use instantiate;
 mod examples;
 mod support;
 
+mod batch;
 mod custom_sql;
+mod dead;
 mod dead_table;
 mod docs;
 mod enqueue;
 mod explain;
+mod held;
 mod identity;
 mod isolation;
 mod lease;
@@ -44,16 +53,31 @@ mod refusals;
 mod rows;
 mod runner;
 mod schema;
+mod transactional;
 
-include!("held.rs");
-include!("dead.rs");
-include!("transactional.rs");
-include!("batch.rs");
 include!("redelivery.rs");
 include!("shutdown.rs");
 include!("poison.rs");
 include!("attempts.rs");
 
+/// In a database's module, one module per area with the area's tests on `$db`:
+/// `modules!(sqlx::Sqlite: lease)` writes `mod lease`, and
+/// `modules!(sqlx::Sqlite: lease_dead => dead(LeaseForm))` writes `mod lease_dead` with the tests
+/// of `dead.rs` on the lease form.
+macro_rules! modules {
+    ($db:ty: $($area:ident),+ $(,)?) => {$(
+        mod $area {
+            crate::$area::tests!($db);
+        }
+    )+};
+    ($db:ty: $($module:ident => $area:ident($form:ident)),+ $(,)?) => {$(
+        mod $module {
+            crate::$area::tests!($db, crate::support::$form);
+        }
+    )+};
+}
+
+/// One module per database; `$row_lock` where the database has the row lock form.
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
         mod $db {
@@ -61,58 +85,19 @@ macro_rules! per_database {
             use crate::support::{Ctx, Spec, recv, wait_for};
             type Db = $ty;
 
-            mod lease {
-                crate::lease::tests!($ty);
-            }
-            mod runner {
-                crate::runner::tests!($ty);
-            }
-            mod enqueue {
-                crate::enqueue::tests!($ty);
-            }
-            mod schema {
-                crate::schema::tests!($ty);
-            }
-            mod docs {
-                crate::docs::tests!($ty);
-            }
-            mod order {
-                crate::order::tests!($ty);
-            }
-            mod notify {
-                crate::notify::tests!($ty);
-            }
-            mod explain {
-                crate::explain::tests!($ty);
-            }
-            mod isolation {
-                crate::isolation::tests!($ty);
-            }
-            mod payload {
-                crate::payload::tests!($ty);
-            }
-            mod rows {
-                crate::rows::tests!($ty);
-            }
-            mod identity {
-                crate::identity::tests!($ty);
-            }
-            mod dead_table {
-                crate::dead_table::tests!($ty);
-            }
-            mod custom_sql {
-                crate::custom_sql::tests!($ty);
-            }
-            mod refusals {
-                crate::refusals::tests!($ty);
-            }
-            held_form_tests!(advisory, advisory_lock, true);
-            dead_letter_tests!(lease_dead, true, lease("locked_until"));
-            dead_letter_tests!(advisory_dead, true, advisory_lock());
-            transactional_tests!(lease_tx, lease("locked_until"));
-            transactional_tests!(advisory_tx, advisory_lock());
-            batch_tests!(lease_batch, false, lease("locked_until"));
-            batch_tests!(advisory_batch, false, advisory_lock());
+            modules!($ty:
+                lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
+                rows, identity, dead_table, custom_sql, refusals,
+            );
+            modules!($ty:
+                advisory => held(AdvisoryForm),
+                lease_dead => dead(LeaseForm),
+                advisory_dead => dead(AdvisoryForm),
+                lease_tx => transactional(LeaseForm),
+                advisory_tx => transactional(AdvisoryForm),
+                lease_batch => batch(LeaseForm),
+                advisory_batch => batch(AdvisoryForm),
+            );
             redelivery_tests!(lease_redelivery, lease("locked_until"));
             redelivery_tests!(advisory_redelivery, advisory_lock());
             shutdown_tests!(lease_shutdown, lease("locked_until"));
@@ -126,10 +111,12 @@ macro_rules! per_database {
             attempt_column_tests!(lease_attempts, true, lease("locked_until"));
             attempt_column_tests!(advisory_attempts, true, advisory_lock());
             $(
-                held_form_tests!($row_lock, row_lock, false);
-                dead_letter_tests!(row_lock_dead, false, $row_lock());
-                transactional_tests!(row_lock_tx, $row_lock());
-                batch_tests!(row_lock_batch, true, $row_lock());
+                modules!($ty:
+                    $row_lock => held(RowLockForm),
+                    row_lock_dead => dead(RowLockForm),
+                    row_lock_tx => transactional(RowLockForm),
+                    row_lock_batch => batch(RowLockForm),
+                );
                 redelivery_tests!(row_lock_redelivery, $row_lock());
                 shutdown_tests!(row_lock_shutdown, $row_lock());
                 poison_tests!(row_lock_poison, false, $row_lock());
@@ -139,7 +126,7 @@ macro_rules! per_database {
     )*};
 }
 
-// SQLite has no row locks: `.row_lock()` does not compile there.
+// SQLite has no row locks: `RowLockForm` is not a `Form<sqlx::Sqlite>`.
 per_database! {
     sqlite => sqlx::Sqlite;
     postgres => sqlx::Postgres, row_lock;
