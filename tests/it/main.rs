@@ -35,6 +35,7 @@ pub(crate) use instantiate;
 mod examples;
 mod support;
 
+mod attempts;
 mod batch;
 mod custom_sql;
 mod dead;
@@ -49,16 +50,14 @@ mod lease;
 mod notify;
 mod order;
 mod payload;
+mod poison;
+mod redelivery;
 mod refusals;
 mod rows;
 mod runner;
 mod schema;
+mod shutdown;
 mod transactional;
-
-include!("redelivery.rs");
-include!("shutdown.rs");
-include!("poison.rs");
-include!("attempts.rs");
 
 /// In a database's module, one module per area with the area's tests on `$db`:
 /// `modules!(sqlx::Sqlite: lease)` writes `mod lease`, and
@@ -81,10 +80,6 @@ macro_rules! modules {
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
         mod $db {
-            #[allow(unused_imports)]
-            use crate::support::{Ctx, Spec, recv, wait_for};
-            type Db = $ty;
-
             modules!($ty:
                 lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
                 rows, identity, dead_table, custom_sql, refusals,
@@ -97,30 +92,26 @@ macro_rules! per_database {
                 advisory_tx => transactional(AdvisoryForm),
                 lease_batch => batch(LeaseForm),
                 advisory_batch => batch(AdvisoryForm),
+                lease_redelivery => redelivery(LeaseForm),
+                advisory_redelivery => redelivery(AdvisoryForm),
+                lease_shutdown => shutdown(LeaseForm),
+                advisory_shutdown => shutdown(AdvisoryForm),
+                lease_poison => poison(LeaseForm),
+                advisory_poison => poison(AdvisoryForm),
+                lease_attempts => attempts(LeaseForm),
+                advisory_attempts => attempts(AdvisoryForm),
             );
-            redelivery_tests!(lease_redelivery, lease("locked_until"));
-            redelivery_tests!(advisory_redelivery, advisory_lock());
-            shutdown_tests!(lease_shutdown, lease("locked_until"));
-            shutdown_tests!(advisory_shutdown, advisory_lock());
-            poison_tests!(
-                lease_poison,
-                true,
-                lease("locked_until").lease_duration(std::time::Duration::from_millis(300))
-            );
-            poison_tests!(advisory_poison, true, advisory_lock());
-            attempt_column_tests!(lease_attempts, true, lease("locked_until"));
-            attempt_column_tests!(advisory_attempts, true, advisory_lock());
             $(
                 modules!($ty:
                     $row_lock => held(RowLockForm),
                     row_lock_dead => dead(RowLockForm),
                     row_lock_tx => transactional(RowLockForm),
                     row_lock_batch => batch(RowLockForm),
+                    row_lock_redelivery => redelivery(RowLockForm),
+                    row_lock_shutdown => shutdown(RowLockForm),
+                    row_lock_poison => poison(RowLockForm),
+                    row_lock_attempts => attempts(RowLockForm),
                 );
-                redelivery_tests!(row_lock_redelivery, $row_lock());
-                shutdown_tests!(row_lock_shutdown, $row_lock());
-                poison_tests!(row_lock_poison, false, $row_lock());
-                attempt_column_tests!(row_lock_attempts, false, $row_lock());
             )?
         }
     )*};
