@@ -1,150 +1,186 @@
-// Batches: `batch_tests!(module, row_lock, form(args))` for one form inside a database's module.
-// `row_lock`: the form settles a batch in one transaction, all or nothing.
+// Batches, for one database `DB` and one form `F`. `F::ALL_OR_NOTHING` (row lock): the form
+// settles a batch in one transaction, all or nothing.
 
-macro_rules! batch_tests {
-    ($module:ident, $all_or_nothing:expr, $form:ident ( $($arg:expr)? )) => {
-        mod $module {
-            use std::time::Duration;
+use std::time::Duration;
 
-            use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
-            use tokio::sync::mpsc;
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use tokio::sync::mpsc;
 
-            use super::*;
-            use crate::support::TestDb;
+use crate::support::{Ctx, Form, Spec, TestDb, recv, wait_for};
 
-            fn jobs(t: &str) -> Table {
-                Table::new(t).retry_after("retry_after")
-            }
-
-            /// The outcome of a row, by its payload.
-            fn outcome_of(payload: &[u8], attempt: u32) -> Outcome {
-                match (payload, attempt) {
-                    (b"ack", _) => Outcome::ack(),
-                    (b"drop", _) => Outcome::drop(),
-                    (b"retry", 1) => Outcome::retry(),
-                    (b"retry", _) => Outcome::ack(),
-                    (b"later", _) => Outcome::retry_after(Duration::from_secs(3600)),
-                    _ => Outcome::retry(),
-                }
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn rows_arrive_together_and_each_settles_by_its_outcome() {
-                let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-                let t = ctx.table(Spec::lease()).await;
-                let kinds = ["ack", "drop", "retry", "later"];
-                let batch: Vec<Job<'_>> = (0..10).map(|i| Job::new(kinds[i % 4])).collect();
-                jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
-                let (tx, mut seen) = mpsc::unbounded_channel();
-                let queue = Queue::table(jobs(&t))
-                    .$form($($arg)?)
-                    .attempt("attempt")
-                    .batch(4)
-                    .batch_handler(move |batch: Vec<Delivery<Db>>| {
-                        let _ = tx.send(batch.iter().map(|d| (d.id(), d.attempt())).collect::<Vec<_>>());
-                        let outcomes = batch.iter().map(|d| outcome_of(d.payload(), d.attempt())).collect();
-                        async move { outcomes }
-                    });
-                let running = Runner::new(ctx.pool.clone())
-                    .poll_interval(Duration::from_millis(50))
-                    .mount(queue)
-                    .start()
-                    .await
-                    .unwrap();
-                let first = recv(&mut seen, "the first batch", 10).await;
-                assert_eq!(first.len(), 4, "a full batch: {first:?}");
-                assert!(first.iter().all(|(_, attempt)| *attempt == 1));
-                // 10 rows: 3 ack, 3 drop (deleted); 2 retry (again, then ack); 2 later (kept).
-                ctx.wait_count(&t, "1 = 1", 2, 10).await;
-                ctx.wait_count(&t, "retry_after IS NOT NULL AND attempt = 2", 2, 10).await;
-                running.shutdown().await.unwrap();
-                let mut delivered = 0;
-                while let Ok(batch) = seen.try_recv() {
-                    assert!(batch.len() <= 4);
-                    delivered += batch.len();
-                }
-                assert_eq!(first.len() + delivered, 12, "10 rows, 2 of them twice");
-                ctx.drop_tables().await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_batch_never_waits_to_be_full() {
-                let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-                let t = ctx.table(Spec::lease()).await;
-                let id = jobs(&t).enqueue(&ctx.pool, Job::new("ack")).await.unwrap();
-                let (tx, mut seen) = mpsc::unbounded_channel();
-                let queue = Queue::table(jobs(&t))
-                    .$form($($arg)?)
-                    .batch(16)
-                    .batch_handler(move |batch: Vec<Delivery<Db>>| {
-                        let _ = tx.send(batch.iter().map(|d| d.id()).collect::<Vec<_>>());
-                        async move { batch.iter().map(|_| Outcome::ack()).collect() }
-                    });
-                let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
-                assert_eq!(recv(&mut seen, "a batch of one", 10).await, vec![id]);
-                ctx.wait_none(&t, "1 = 1", 10).await;
-                running.shutdown().await.unwrap();
-                ctx.drop_tables().await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_failed_settlement_in_a_batch() {
-                let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-                let t = ctx.table(Spec::lease()).await;
-                ctx.exec(&<Db as TestDb>::failing_delete(&t)).await;
-                let retried = jobs(&t).enqueue(&ctx.pool, Job::new("retry")).await.unwrap();
-                let acked = jobs(&t).enqueue(&ctx.pool, Job::new("ack")).await.unwrap();
-                let (tx, mut seen) = mpsc::unbounded_channel();
-                // Later batches wait here, so the rows are read as the first batch left them
-                // (its failed row is held back; the retried one comes again at once).
-                let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
-                let batches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-                let queue = Queue::table(jobs(&t))
-                    .$form($($arg)?)
-                    .attempt("attempt")
-                    .batch(2)
-                    .batch_handler({
-                        let gate = std::sync::Arc::clone(&gate);
-                        move |batch: Vec<Delivery<Db>>| {
-                            let _ = tx.send(batch.len());
-                            let later = batches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0;
-                            // The retry updates its row; the ack's DELETE then fails.
-                            let outcomes: Vec<Outcome> =
-                                batch.iter().map(|d| outcome_of(d.payload(), 1)).collect();
-                            let gate = std::sync::Arc::clone(&gate);
-                            async move {
-                                if later {
-                                    let _ = gate.acquire().await;
-                                }
-                                outcomes
-                            }
-                        }
-                    });
-                let running = Runner::new(ctx.pool.clone())
-                    .poll_interval(Duration::from_millis(50))
-                    .mount(queue)
-                    .start()
-                    .await
-                    .unwrap();
-                assert_eq!(recv(&mut seen, "the batch", 10).await, 2);
-                wait_for("the failed settlement counted", Duration::from_secs(10), || async {
-                    running.stats().failed >= 1
-                })
-                .await;
-                // Row lock: one transaction, rolled back whole — the retry's attempt is not
-                // counted. Lease and advisory: the retry settled on its own (the take or the
-                // claim counted the attempt).
-                let retry_row = if $all_or_nothing {
-                    format!("id = {retried} AND attempt = 1")
-                } else {
-                    format!("id = {retried} AND attempt >= 2")
-                };
-                assert_eq!(ctx.count(&t, &retry_row).await, 1, "the retried row");
-                assert_eq!(ctx.count(&t, &format!("id = {acked}")).await, 1, "the ack failed");
-                gate.add_permits(1000);
-                running.shutdown().await.unwrap();
-                ctx.drop_tables().await;
-            }
-        }
+/// This file's tests on one database and claim form, as `#[tokio::test]`s (`main.rs`
+/// writes them in each database's module, one module per form).
+macro_rules! tests {
+    ($db:ty, $form:ty) => {
+        crate::instantiate!(batch<$db, $form>:
+            rows_arrive_together_and_each_settles_by_its_outcome,
+            a_batch_never_waits_to_be_full,
+            a_failed_settlement_in_a_batch,
+        );
     };
+}
+pub(crate) use tests;
+
+fn jobs(t: &str) -> Table {
+    Table::new(t).retry_after("retry_after")
+}
+
+/// The outcome of a row, by its payload.
+fn outcome_of(payload: &[u8], attempt: u32) -> Outcome {
+    match (payload, attempt) {
+        (b"ack", _) => Outcome::ack(),
+        (b"drop", _) => Outcome::drop(),
+        (b"retry", 1) => Outcome::retry(),
+        (b"retry", _) => Outcome::ack(),
+        (b"later", _) => Outcome::retry_after(Duration::from_secs(3600)),
+        _ => Outcome::retry(),
+    }
+}
+
+pub(crate) async fn rows_arrive_together_and_each_settles_by_its_outcome<
+    DB: TestDb,
+    F: Form<DB>,
+>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let kinds = ["ack", "drop", "retry", "later"];
+    let batch: Vec<Job<'_>> = (0..10).map(|i| Job::new(kinds[i % 4])).collect();
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+        .await
+        .unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = F::apply(Queue::table(jobs(&t)))
+        .attempt("attempt")
+        .batch(4)
+        .batch_handler(move |batch: Vec<Delivery<DB>>| {
+            let _ = tx.send(
+                batch
+                    .iter()
+                    .map(|d| (d.id(), d.attempt()))
+                    .collect::<Vec<_>>(),
+            );
+            let outcomes = batch
+                .iter()
+                .map(|d| outcome_of(d.payload(), d.attempt()))
+                .collect();
+            async move { outcomes }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    let first = recv(&mut seen, "the first batch", 10).await;
+    assert_eq!(first.len(), 4, "a full batch: {first:?}");
+    assert!(first.iter().all(|(_, attempt)| *attempt == 1));
+    // 10 rows: 3 ack, 3 drop (deleted); 2 retry (again, then ack); 2 later (kept).
+    ctx.wait_count(&t, "1 = 1", 2, 10).await;
+    ctx.wait_count(&t, "retry_after IS NOT NULL AND attempt = 2", 2, 10)
+        .await;
+    running.shutdown().await.unwrap();
+    let mut delivered = 0;
+    while let Ok(batch) = seen.try_recv() {
+        assert!(batch.len() <= 4);
+        delivered += batch.len();
+    }
+    assert_eq!(first.len() + delivered, 12, "10 rows, 2 of them twice");
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_batch_never_waits_to_be_full<DB: TestDb, F: Form<DB>>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("ack"))
+        .await
+        .unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = F::apply(Queue::table(jobs(&t))).batch(16).batch_handler(
+        move |batch: Vec<Delivery<DB>>| {
+            let _ = tx.send(batch.iter().map(|d| d.id()).collect::<Vec<_>>());
+            async move { batch.iter().map(|_| Outcome::ack()).collect() }
+        },
+    );
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(recv(&mut seen, "a batch of one", 10).await, vec![id]);
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_failed_settlement_in_a_batch<DB: TestDb, F: Form<DB>>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    ctx.exec(&DB::failing_delete(&t)).await;
+    let retried = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("retry"))
+        .await
+        .unwrap();
+    let acked = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("ack"))
+        .await
+        .unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    // Later batches wait here, so the rows are read as the first batch left them
+    // (its failed row is held back; the retried one comes again at once).
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let batches = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let queue = F::apply(Queue::table(jobs(&t)))
+        .attempt("attempt")
+        .batch(2)
+        .batch_handler({
+            let gate = std::sync::Arc::clone(&gate);
+            move |batch: Vec<Delivery<DB>>| {
+                let _ = tx.send(batch.len());
+                let later = batches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) > 0;
+                // The retry updates its row; the ack's DELETE then fails.
+                let outcomes: Vec<Outcome> =
+                    batch.iter().map(|d| outcome_of(d.payload(), 1)).collect();
+                let gate = std::sync::Arc::clone(&gate);
+                async move {
+                    if later {
+                        let _ = gate.acquire().await;
+                    }
+                    outcomes
+                }
+            }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(recv(&mut seen, "the batch", 10).await, 2);
+    wait_for(
+        "the failed settlement counted",
+        Duration::from_secs(10),
+        || async { running.stats().failed >= 1 },
+    )
+    .await;
+    // Row lock: one transaction, rolled back whole — the retry's attempt is not
+    // counted. Lease and advisory: the retry settled on its own (the take or the
+    // claim counted the attempt).
+    let retry_row = if F::ALL_OR_NOTHING {
+        format!("id = {retried} AND attempt = 1")
+    } else {
+        format!("id = {retried} AND attempt >= 2")
+    };
+    assert_eq!(ctx.count(&t, &retry_row).await, 1, "the retried row");
+    assert_eq!(
+        ctx.count(&t, &format!("id = {acked}")).await,
+        1,
+        "the ack failed"
+    );
+    gate.add_permits(1000);
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
 }

@@ -5,29 +5,51 @@ use std::time::Duration;
 
 use sqlx_queue::{Delivery, Error, Event, Job, Outcome, Queue, Runner, Table};
 
+use crate::support::{Ctx, Spec, TestDb};
+
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(custom_sql<$db>:
+            a_second_statement_in_custom_sql_is_refused_at_start,
+            semicolons_and_markers_in_strings_and_comments_are_text,
+        );
+    };
+}
+pub(crate) use tests;
+
 fn jobs(t: &str) -> Table {
     Table::new(t).group("queue").retry_after("retry_after")
 }
 
 /// A lease queue of `t`'s group `mail` that acks every row through `ack`.
-fn acking(ctx: &Ctx<Db>, t: &str, ack: String) -> Runner<Db> {
+fn acking<DB: TestDb>(ctx: &Ctx<DB>, t: &str, ack: String) -> Runner<DB> {
     let queue = Queue::table(jobs(t))
         .named("mail")
         .lease("locked_until")
         .attempt("attempt")
         .custom(Event::Ack, ack)
-        .handler(|_: Delivery<Db>| async { Outcome::ack() });
+        .handler(|_: Delivery<DB>| async { Outcome::ack() });
     Runner::new(ctx.pool.clone())
         .poll_interval(Duration::from_millis(50))
         .mount(queue)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_statement_in_custom_sql_is_refused_at_start() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-    let t = ctx.table(Spec { group: true, ..Spec::lease() }).await;
+pub(crate) async fn a_second_statement_in_custom_sql_is_refused_at_start<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
     let canary = ctx.table(Spec::default()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x").group("mail")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("x").group("mail"))
+        .await
+        .unwrap();
     for ack in [
         format!("DELETE FROM {t} WHERE id = :id AND locked_until = :token; DROP TABLE {canary}"),
         format!("DELETE FROM {t} WHERE id = :id /* ; */; -- done\nDROP TABLE {canary};"),
@@ -45,26 +67,44 @@ async fn a_second_statement_in_custom_sql_is_refused_at_start() {
             }
         }
     }
-    assert_eq!(ctx.count(&canary, "1 = 1").await, 0, "the canary table is still there");
+    assert_eq!(
+        ctx.count(&canary, "1 = 1").await,
+        0,
+        "the canary table is still there"
+    );
     let untouched = format!("id = {id} AND locked_until IS NULL AND attempt = 1");
     assert_eq!(ctx.count(&t, &untouched).await, 1, "nothing was claimed");
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn semicolons_and_markers_in_strings_and_comments_are_text() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-    let t = ctx.table(Spec { group: true, ..Spec::lease() }).await;
+pub(crate) async fn semicolons_and_markers_in_strings_and_comments_are_text<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
     let table = jobs(&t);
     for payload in ["a", "b", "c"] {
-        table.enqueue(&ctx.pool, Job::new(payload).group("mail")).await.unwrap();
+        DB::enqueue(&ctx.pool, &table, Job::new(payload).group("mail"))
+            .await
+            .unwrap();
     }
     let ack = format!(
         "UPDATE {t} SET queue = 'done; at :now', locked_until = NULL /* not :token; */ \
          WHERE id = :id AND locked_until = :token; -- acked by :worker"
     );
     let running = acking(&ctx, &t, ack).start().await.unwrap();
-    ctx.wait_count(&t, "queue = 'done; at :now' AND locked_until IS NULL", 3, 10).await;
+    ctx.wait_count(
+        &t,
+        "queue = 'done; at :now' AND locked_until IS NULL",
+        3,
+        10,
+    )
+    .await;
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }

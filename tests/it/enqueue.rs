@@ -6,28 +6,52 @@ use std::time::Duration;
 use sqlx_queue::{Delivery, Error, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_job_commits_or_rolls_back_with_the_callers_transaction() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+use crate::support::{Ctx, Spec, TestDb, recv};
+
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(enqueue<$db>:
+            a_job_commits_or_rolls_back_with_the_callers_transaction,
+            payloads_round_trip_byte_for_byte,
+            enqueue_many_inserts_every_job_in_bulk,
+            a_delayed_job_waits_for_its_time,
+            jobs_the_table_cannot_hold_are_refused,
+            counts_tell_ready_delayed_in_work_and_dead_rows_apart,
+        );
+    };
+}
+pub(crate) use tests;
+
+pub(crate) async fn a_job_commits_or_rolls_back_with_the_callers_transaction<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t);
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    jobs.enqueue(&mut *tx, Job::new("rolled back")).await.unwrap();
+    DB::enqueue_on(&mut *tx, &jobs, Job::new("rolled back"))
+        .await
+        .unwrap();
     tx.rollback().await.unwrap();
     assert_eq!(ctx.count(&t, "1 = 1").await, 0);
 
     let mut tx = ctx.pool.begin().await.unwrap();
-    let id = jobs.enqueue(&mut *tx, Job::new("committed")).await.unwrap();
+    let id = DB::enqueue_on(&mut *tx, &jobs, Job::new("committed"))
+        .await
+        .unwrap();
     tx.commit().await.unwrap();
     assert_eq!(ctx.count(&t, &format!("id = {id}")).await, 1);
     assert_eq!(ctx.payload(&t, id).await, b"committed");
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn payloads_round_trip_byte_for_byte() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn payloads_round_trip_byte_for_byte<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t);
     let payloads: Vec<Vec<u8>> = vec![
@@ -38,7 +62,11 @@ async fn payloads_round_trip_byte_for_byte() {
     ];
     let mut ids = Vec::new();
     for payload in &payloads {
-        ids.push(jobs.enqueue(&ctx.pool, Job::new(payload)).await.unwrap());
+        ids.push(
+            DB::enqueue(&ctx.pool, &jobs, Job::new(payload))
+                .await
+                .unwrap(),
+        );
     }
     for (id, payload) in ids.iter().zip(&payloads) {
         assert_eq!(&ctx.payload(&t, *id).await, payload, "stored as given");
@@ -46,23 +74,32 @@ async fn payloads_round_trip_byte_for_byte() {
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(jobs)
         .lease("locked_until")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send((d.id(), d.into_payload()));
             async { Outcome::ack() }
         });
-    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
     for (id, payload) in ids.iter().zip(&payloads) {
         let (got_id, got) = recv(&mut seen, "a delivery", 20).await;
         assert_eq!(got_id, *id, "in id order");
-        assert!(got == *payload, "row {id}: delivered {} bytes as given", got.len());
+        assert!(
+            got == *payload,
+            "row {id}: delivered {} bytes as given",
+            got.len()
+        );
     }
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn enqueue_many_inserts_every_job_in_bulk() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn enqueue_many_inserts_every_job_in_bulk<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             group: true,
@@ -77,40 +114,59 @@ async fn enqueue_many_inserts_every_job_in_bulk() {
         .enumerate()
         .map(|(i, p)| {
             let job = Job::new(p).group(if i % 2 == 0 { "even" } else { "odd" });
-            if i % 5 == 0 { job.delay(Duration::from_secs(3600)) } else { job }
+            if i % 5 == 0 {
+                job.delay(Duration::from_secs(3600))
+            } else {
+                job
+            }
         })
         .collect();
-    let too_many = jobs.enqueue_many(&ctx.pool, &batch).await;
-    assert!(matches!(too_many, Err(Error::InvalidJob { .. })), "{too_many:?}");
+    let too_many = DB::enqueue_many(&ctx.pool, &jobs, &batch).await;
+    assert!(
+        matches!(too_many, Err(Error::InvalidJob { .. })),
+        "{too_many:?}"
+    );
     assert_eq!(ctx.count(&t, "1 = 1").await, 0, "nothing inserted");
     let batch = &batch[..10_000];
     let mut tx = ctx.pool.begin().await.unwrap();
-    assert_eq!(jobs.enqueue_many(&mut *tx, batch).await.unwrap(), 10_000);
+    assert_eq!(
+        DB::enqueue_many_on(&mut *tx, &jobs, batch).await.unwrap(),
+        10_000
+    );
     tx.commit().await.unwrap();
     assert_eq!(ctx.count(&t, "queue = 'even'").await, 5_000);
     assert_eq!(ctx.count(&t, "retry_after IS NOT NULL").await, 2_000);
-    assert_eq!(jobs.enqueue_many(&ctx.pool, &[]).await.unwrap(), 0);
+    assert_eq!(DB::enqueue_many(&ctx.pool, &jobs, &[]).await.unwrap(), 0);
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delayed_job_waits_for_its_time() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_delayed_job_waits_for_its_time<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t).retry_after("retry_after");
-    let soon = jobs
-        .enqueue(&ctx.pool, Job::new("soon").delay(Duration::from_millis(600)))
+    let soon = DB::enqueue(
+        &ctx.pool,
+        &jobs,
+        Job::new("soon").delay(Duration::from_millis(600)),
+    )
+    .await
+    .unwrap();
+    let later = DB::enqueue(
+        &ctx.pool,
+        &jobs,
+        Job::new("later").delay(Duration::from_secs(3600)),
+    )
+    .await
+    .unwrap();
+    let now = DB::enqueue(&ctx.pool, &jobs, Job::new("now"))
         .await
         .unwrap();
-    let later = jobs
-        .enqueue(&ctx.pool, Job::new("later").delay(Duration::from_secs(3600)))
-        .await
-        .unwrap();
-    let now = jobs.enqueue(&ctx.pool, Job::new("now")).await.unwrap();
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(jobs)
         .lease("locked_until")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send(d.id());
             async { Outcome::ack() }
         });
@@ -123,15 +179,23 @@ async fn a_delayed_job_waits_for_its_time() {
         .unwrap();
     assert_eq!(recv(&mut seen, "the undelayed job", 10).await, now);
     assert_eq!(recv(&mut seen, "the job due soon", 10).await, soon);
-    assert!(started.elapsed() >= Duration::from_millis(500), "not before its time");
+    assert!(
+        started.elapsed() >= Duration::from_millis(500),
+        "not before its time"
+    );
     running.shutdown().await.unwrap();
-    assert_eq!(ctx.count(&t, &format!("id = {later}")).await, 1, "the later job waits");
+    assert_eq!(
+        ctx.count(&t, &format!("id = {later}")).await,
+        1,
+        "the later job waits"
+    );
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn jobs_the_table_cannot_hold_are_refused() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn jobs_the_table_cannot_hold_are_refused<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let grouped = ctx
         .table(Spec {
             group: true,
@@ -144,21 +208,39 @@ async fn jobs_the_table_cannot_hold_are_refused() {
             ..Spec::lease()
         })
         .await;
-    let no_group = Table::new(&grouped).group("queue").enqueue(&ctx.pool, Job::new("x")).await;
-    assert!(matches!(no_group, Err(Error::InvalidJob { .. })), "{no_group:?}");
-    let stray_group = Table::new(&plain).enqueue(&ctx.pool, Job::new("x").group("g")).await;
-    assert!(matches!(stray_group, Err(Error::InvalidJob { .. })), "{stray_group:?}");
-    let delay = Table::new(&plain)
-        .enqueue(&ctx.pool, Job::new("x").delay(Duration::from_secs(1)))
-        .await;
+    let no_group = DB::enqueue(
+        &ctx.pool,
+        &Table::new(&grouped).group("queue"),
+        Job::new("x"),
+    )
+    .await;
+    assert!(
+        matches!(no_group, Err(Error::InvalidJob { .. })),
+        "{no_group:?}"
+    );
+    let stray_group = DB::enqueue(&ctx.pool, &Table::new(&plain), Job::new("x").group("g")).await;
+    assert!(
+        matches!(stray_group, Err(Error::InvalidJob { .. })),
+        "{stray_group:?}"
+    );
+    let delay = DB::enqueue(
+        &ctx.pool,
+        &Table::new(&plain),
+        Job::new("x").delay(Duration::from_secs(1)),
+    )
+    .await;
     assert!(matches!(delay, Err(Error::InvalidJob { .. })), "{delay:?}");
-    assert_eq!(ctx.count(&grouped, "1 = 1").await + ctx.count(&plain, "1 = 1").await, 0);
+    assert_eq!(
+        ctx.count(&grouped, "1 = 1").await + ctx.count(&plain, "1 = 1").await,
+        0
+    );
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             group: true,
@@ -167,15 +249,24 @@ async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart() {
         .await;
     let table = Table::new(&t).group("queue").retry_after("retry_after");
     for _ in 0..3 {
-        table.enqueue(&ctx.pool, Job::new("ready").group("mail")).await.unwrap();
+        DB::enqueue(&ctx.pool, &table, Job::new("ready").group("mail"))
+            .await
+            .unwrap();
     }
     let hour = Duration::from_secs(3600);
-    table
-        .enqueue(&ctx.pool, Job::new("delayed").group("mail").delay(hour))
+    DB::enqueue(
+        &ctx.pool,
+        &table,
+        Job::new("delayed").group("mail").delay(hour),
+    )
+    .await
+    .unwrap();
+    DB::enqueue(&ctx.pool, &table, Job::new("dead").group("mail_dead"))
         .await
         .unwrap();
-    table.enqueue(&ctx.pool, Job::new("dead").group("mail_dead")).await.unwrap();
-    table.enqueue(&ctx.pool, Job::new("other").group("sms")).await.unwrap();
+    DB::enqueue(&ctx.pool, &table, Job::new("other").group("sms"))
+        .await
+        .unwrap();
     let dead = sqlx_queue::DeadLetter::group("mail_dead");
     let inspect = sqlx_queue::Inspect::queue()
         .group("mail")
@@ -194,7 +285,7 @@ async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart() {
         .lease("locked_until")
         .handler({
             let gate = std::sync::Arc::clone(&gate);
-            move |d: Delivery<Db>| {
+            move |d: Delivery<DB>| {
                 let (gate, tx) = (std::sync::Arc::clone(&gate), tx.clone());
                 async move {
                     let _ = tx.send(d.id());
@@ -203,7 +294,11 @@ async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart() {
                 }
             }
         });
-    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
     recv(&mut seen, "a delivery in work", 10).await;
     let counts = table.counts(&ctx.pool, inspect).await.unwrap();
     assert_eq!((counts.ready, counts.in_work), (2, 1), "{counts:?}");

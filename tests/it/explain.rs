@@ -1,17 +1,28 @@
 // The README's index serves the claim: EXPLAIN on a 100,000-row table where most rows are
 // processed or delayed.
 
-use sqlx::Row as _;
 use sqlx_queue::{Job, Table};
 
-use crate::support::TestDb;
+use crate::support::{Bind, Ctx, TestDb, TestRow as _};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_claim_uses_the_readme_index_on_a_large_table() {
-    let Some(ctx) = Ctx::<Db>::new().await else { return };
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(explain<$db>:
+            the_claim_uses_the_readme_index_on_a_large_table,
+        );
+    };
+}
+pub(crate) use tests;
+
+pub(crate) async fn the_claim_uses_the_readme_index_on_a_large_table<DB: TestDb>() {
+    let Some(ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let name = format!("explain_{}", crate::support::unique());
     let readme = include_str!("../../README.md");
-    let marker = match <Db as TestDb>::LABEL {
+    let marker = match DB::LABEL {
         "postgres" => "-- PostgreSQL",
         "mysql" => "-- MySQL",
         _ => "-- SQLite",
@@ -30,17 +41,21 @@ async fn the_claim_uses_the_readme_index_on_a_large_table() {
             .enumerate()
             .map(|(i, p)| {
                 let job = Job::new(p).group(if i % 2 == 0 { "signups" } else { "other" });
-                if round == 0 && i % 2 == 0 { job.delay(hour) } else { job }
+                if round == 0 && i % 2 == 0 {
+                    job.delay(hour)
+                } else {
+                    job
+                }
             })
             .collect();
-        table.enqueue_many(&ctx.pool, &batch).await.unwrap();
+        DB::enqueue_many(&ctx.pool, &table, &batch).await.unwrap();
     }
     ctx.exec_time(
         &format!("UPDATE {name} SET processed_at = ? WHERE id > 10000 AND id <= 95000"),
         chrono::Utc::now(),
     )
     .await;
-    ctx.exec(&match <Db as TestDb>::LABEL {
+    ctx.exec(&match DB::LABEL {
         "postgres" => format!("ANALYZE {name}"),
         "mysql" => format!("ANALYZE TABLE {name}"),
         _ => "ANALYZE".to_owned(),
@@ -49,41 +64,39 @@ async fn the_claim_uses_the_readme_index_on_a_large_table() {
 
     let table = table.processed_at("processed_at");
     use sqlx_queue::internals::{Database, Param, lease_claim};
-    let database = match <Db as TestDb>::LABEL {
+    let database = match DB::LABEL {
         "postgres" => Database::Postgres,
         "mysql" => Database::MySql,
         _ => Database::Sqlite,
     };
     let claim = lease_claim(database, &table, Some("signups"), Some("attempt")).unwrap();
-    let explain = match <Db as TestDb>::LABEL {
+    let explain = match DB::LABEL {
         "sqlite" => format!("EXPLAIN QUERY PLAN {}", claim.sql),
         _ => format!("EXPLAIN {}", claim.sql),
     };
     let now = chrono::Utc::now();
-    let mut query = sqlx::query::<Db>(sqlx::AssertSqlSafe(explain));
-    for param in &claim.params {
-        query = match param {
-            Param::Group => query.bind("signups"),
-            Param::Limit => query.bind(8_i64),
-            _ => query.bind(now),
-        };
-    }
-    let rows = query.fetch_all(&ctx.pool).await.unwrap();
+    let binds: Vec<Bind<'_>> = claim
+        .params
+        .iter()
+        .map(|param| match param {
+            Param::Group => Bind::Text("signups"),
+            Param::Limit => Bind::Int(8_i64),
+            _ => Bind::Time(now),
+        })
+        .collect();
+    let rows = DB::rows(&ctx.pool, &explain, &binds).await.unwrap();
     let plan: Vec<String> = rows
         .iter()
-        .map(|row| match <Db as TestDb>::LABEL {
-            "postgres" => row.try_get::<String, _>(0).unwrap(),
-            "mysql" => row
-                .try_get::<Option<String>, _>("key")
-                .unwrap()
-                .unwrap_or_default(),
-            _ => row.try_get::<String, _>("detail").unwrap(),
+        .map(|row| match DB::LABEL {
+            "postgres" => row.text_at(0).unwrap(),
+            "mysql" => row.text_or_null("key").unwrap().unwrap_or_default(),
+            _ => row.text("detail").unwrap(),
         })
         .collect();
     let index = format!("{name}_claim");
     crate::support::report(&format!(
         "{}: the claim's plan on 100,000 rows: {}",
-        <Db as TestDb>::LABEL,
+        DB::LABEL,
         plan.join(" | ")
     ));
     assert!(

@@ -7,20 +7,32 @@ use std::time::Duration;
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table, Transactional};
 use tokio::time::Instant;
 
-use crate::support::TestDb;
+use crate::support::{Ctx, Spec, TestDb, recv};
 
-fn is_postgres() -> bool {
-    <Db as TestDb>::LABEL == "postgres"
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(identity<$db>:
+            runners_spelling_one_table_differently_share_its_advisory_keys,
+            a_bare_name_resolved_through_the_search_path_shares_the_qualified_names_keys,
+            every_spelling_of_a_table_notifies_one_channel,
+        );
+    };
+}
+pub(crate) use tests;
+
+fn is_postgres<DB: TestDb>() -> bool {
+    DB::LABEL == "postgres"
 }
 
 /// `t` qualified by its schema (PostgreSQL `public`), database (MySQL) or attached database
 /// (SQLite `main`).
-async fn qualified(ctx: &Ctx<Db>, t: &str) -> String {
-    let schema = match <Db as TestDb>::LABEL {
+async fn qualified<DB: TestDb>(ctx: &Ctx<DB>, t: &str) -> String {
+    let schema = match DB::LABEL {
         "postgres" => "public".to_owned(),
         "sqlite" => "main".to_owned(),
-        _ => sqlx::query_scalar::<_, String>("SELECT CAST(DATABASE() AS CHAR)")
-            .fetch_one(&ctx.pool)
+        _ => DB::text(&ctx.pool, "SELECT CAST(DATABASE() AS CHAR)")
             .await
             .unwrap(),
     };
@@ -29,13 +41,20 @@ async fn qualified(ctx: &Ctx<Db>, t: &str) -> String {
 
 /// Drains `rows` jobs of `t` with one runner per spelling, each on a pool of its own, and checks
 /// that every row was handled once.
-async fn drain_with(ctx: &mut Ctx<Db>, t: &str, spellings: &[(sqlx::Pool<Db>, String)]) {
+async fn drain_with<DB: TestDb>(
+    ctx: &mut Ctx<DB>,
+    t: &str,
+    spellings: &[(sqlx::Pool<DB>, String)],
+) {
     const ROWS: usize = 400;
     let ledger = format!("{t}_ledger");
-    ctx.exec(&format!("CREATE TABLE {ledger} (id BIGINT NOT NULL)")).await;
+    ctx.exec(&format!("CREATE TABLE {ledger} (id BIGINT NOT NULL)"))
+        .await;
     let payloads: Vec<String> = (0..ROWS).map(|i| format!("job {i}")).collect();
     let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    Table::new(t).enqueue_many(&ctx.pool, &jobs).await.unwrap();
+    DB::enqueue_many(&ctx.pool, &Table::new(t), &jobs)
+        .await
+        .unwrap();
     let mut running = Vec::new();
     for (pool, spelling) in spellings {
         let queue = Queue::table(Table::new(spelling))
@@ -58,40 +77,48 @@ async fn drain_with(ctx: &mut Ctx<Db>, t: &str, spellings: &[(sqlx::Pool<Db>, St
         running.shutdown().await.unwrap();
     }
     let twice = ctx
-        .count(&format!("(SELECT id FROM {ledger} GROUP BY id HAVING COUNT(*) > 1) AS d"), "1 = 1")
+        .count(
+            &format!("(SELECT id FROM {ledger} GROUP BY id HAVING COUNT(*) > 1) AS d"),
+            "1 = 1",
+        )
         .await;
     let spelled: Vec<&str> = spellings.iter().map(|(_, s)| s.as_str()).collect();
-    assert_eq!(twice, 0, "rows handled twice by runners spelling the table {spelled:?}");
-    assert_eq!(ctx.count(&ledger, "1 = 1").await, ROWS as i64, "every row handled once");
+    assert_eq!(
+        twice, 0,
+        "rows handled twice by runners spelling the table {spelled:?}"
+    );
+    assert_eq!(
+        ctx.count(&ledger, "1 = 1").await,
+        ROWS as i64,
+        "every row handled once"
+    );
     ctx.exec(&format!("DROP TABLE {ledger}")).await;
 }
 
-fn handler(
+fn handler<DB: TestDb>(
     ledger: &str,
-) -> impl Fn(Delivery<Db, Transactional>) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
+) -> impl Fn(
+    Delivery<DB, Transactional>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>
 + Send
 + Sync
 + 'static {
     let ledger = ledger.to_owned();
-    move |mut d: Delivery<Db, Transactional>| {
+    move |mut d: Delivery<DB, Transactional>| {
         let ledger = ledger.clone();
         Box::pin(async move {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
-                "INSERT INTO {ledger} (id) VALUES ({})",
-                d.id()
-            )))
-            .execute(&mut *d.tx())
-            .await
-            .unwrap();
+            let insert = format!("INSERT INTO {ledger} (id) VALUES ({})", d.id());
+            DB::query_on(&mut *d.tx(), &insert).await.unwrap();
             tokio::time::sleep(Duration::from_millis(1)).await;
             Outcome::ack()
         })
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn runners_spelling_one_table_differently_share_its_advisory_keys() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn runners_spelling_one_table_differently_share_its_advisory_keys<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let spellings = vec![
         (ctx.pool(6).await, t.clone()),
@@ -102,31 +129,32 @@ async fn runners_spelling_one_table_differently_share_its_advisory_keys() {
 }
 
 /// A schema of its own holding a table, and a pool whose sessions find it through `search_path`.
-async fn in_schema(ctx: &mut Ctx<Db>) -> (String, String, sqlx::Pool<Db>) {
+async fn in_schema<DB: TestDb>(ctx: &mut Ctx<DB>) -> (String, String, sqlx::Pool<DB>) {
     let schema = format!("s_{}", crate::support::unique());
     let t = format!("q_{}", crate::support::unique());
     ctx.exec(&format!("CREATE SCHEMA {schema}")).await;
-    ctx.exec(&<Db as TestDb>::ddl(&format!("{schema}.{t}"), Spec::lease())).await;
+    ctx.exec(&DB::ddl(&format!("{schema}.{t}"), Spec::lease()))
+        .await;
     let path = format!("SET search_path TO {schema}");
-    let options = sqlx::pool::PoolOptions::<Db>::new()
+    let options = sqlx::pool::PoolOptions::<DB>::new()
         .max_connections(6)
         .after_connect(move |conn, _| {
             let path = path.clone();
-            Box::pin(async move {
-                sqlx::raw_sql(sqlx::AssertSqlSafe(path)).execute(conn).await?;
-                Ok(())
-            })
+            Box::pin(async move { DB::exec_on(conn, &path).await })
         });
     let pool = ctx.pool_with(options).await;
     (schema, t, pool)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bare_name_resolved_through_the_search_path_shares_the_qualified_names_keys() {
-    if !is_postgres() {
+pub(crate) async fn a_bare_name_resolved_through_the_search_path_shares_the_qualified_names_keys<
+    DB: TestDb,
+>() {
+    if !is_postgres::<DB>() {
         return;
     }
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let (schema, t, pool) = in_schema(&mut ctx).await;
     let qualified = format!("{schema}.{t}");
     let spellings = vec![(pool, t.clone()), (ctx.pool(6).await, qualified.clone())];
@@ -135,17 +163,18 @@ async fn a_bare_name_resolved_through_the_search_path_shares_the_qualified_names
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_spelling_of_a_table_notifies_one_channel() {
-    if !is_postgres() {
+pub(crate) async fn every_spelling_of_a_table_notifies_one_channel<DB: TestDb>() {
+    if !is_postgres::<DB>() {
         return;
     }
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let (schema, s_t, s_pool) = in_schema(&mut ctx).await;
     let url = ctx.url.clone().expect("a URL");
-    // `Db` is PostgreSQL here; the other databases returned above.
-    let pg = |pool: &sqlx::Pool<Db>| crate::support::as_pg(pool).expect("PostgreSQL");
+    // `DB` is PostgreSQL here; the other databases returned above.
+    let pg = |pool: &sqlx::Pool<DB>| crate::support::as_pg(pool).expect("PostgreSQL");
     let public = pg(&ctx.pool);
     let channel = Table::new(&t).notify_channel(&public).await.unwrap();
     for spelling in [format!("public.{t}"), format!("\"public\".\"{t}\"")] {
@@ -157,7 +186,10 @@ async fn every_spelling_of_a_table_notifies_one_channel() {
     }
     let s_channel = Table::new(&s_t).notify_channel(&pg(&s_pool)).await.unwrap();
     assert_eq!(
-        Table::new(format!("{schema}.{s_t}")).notify_channel(&public).await.unwrap(),
+        Table::new(format!("{schema}.{s_t}"))
+            .notify_channel(&public)
+            .await
+            .unwrap(),
         s_channel
     );
     assert_ne!(s_channel, channel, "two tables, two channels");
@@ -165,22 +197,28 @@ async fn every_spelling_of_a_table_notifies_one_channel() {
     // An enqueue through another spelling notifies the channel a runner of the bare name hears.
     let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
     listener.listen(&channel).await.unwrap();
-    Table::new(format!("public.{t}"))
-        .notify()
-        .enqueue(&ctx.pool, Job::new("x"))
-        .await
-        .unwrap();
+    DB::enqueue(
+        &ctx.pool,
+        &Table::new(format!("public.{t}")).notify(),
+        Job::new("x"),
+    )
+    .await
+    .unwrap();
     let heard = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await;
-    assert!(heard.is_ok(), "the enqueue through `public.{t}` notified the channel of `{t}`");
+    assert!(
+        heard.is_ok(),
+        "the enqueue through `public.{t}` notified the channel of `{t}`"
+    );
 
     // And a runner listening as the bare name wakes at once for it (a 10 s poll otherwise).
     let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
-    let queue = Queue::table(Table::new(&t)).lease("locked_until").listen_notify().handler(
-        move |d: Delivery<Db>| {
+    let queue = Queue::table(Table::new(&t))
+        .lease("locked_until")
+        .listen_notify()
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send((d.id(), Instant::now()));
             async { Outcome::ack() }
-        },
-    );
+        });
     let running = Runner::new(ctx.pool.clone())
         .poll_interval(Duration::from_secs(10))
         .mount(queue)
@@ -191,13 +229,20 @@ async fn every_spelling_of_a_table_notifies_one_channel() {
     let sent = Instant::now();
     // Inserted by hand and notified through the qualified spelling's channel, so no wake-up of
     // this process's own can reach the runner.
-    let qualified_channel = Table::new(format!("public.{t}")).notify_channel(&public).await.unwrap();
+    let qualified_channel = Table::new(format!("public.{t}"))
+        .notify_channel(&public)
+        .await
+        .unwrap();
     ctx.exec(&format!(
         "INSERT INTO public.{t} (payload) VALUES ('y'); SELECT pg_notify('{qualified_channel}', '')"
     ))
     .await;
     let (_, started) = recv(&mut seen, "the job woken by its notification", 5).await;
-    assert!(started - sent < Duration::from_secs(2), "woken after {:?}", started - sent);
+    assert!(
+        started - sent < Duration::from_secs(2),
+        "woken after {:?}",
+        started - sent
+    );
     running.shutdown().await.unwrap();
     ctx.exec(&format!("DROP SCHEMA {schema} CASCADE")).await;
     ctx.drop_tables().await;

@@ -10,6 +10,34 @@ use std::time::Duration;
 use sqlx_queue::{Delivery, Job, Mount, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
+use crate::support::{Ctx, Spec, TestDb, recv, wait_for};
+
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(lease<$db>:
+            ack_deletes_the_row,
+            drop_deletes_the_row,
+            ack_and_drop_mark_processed_at_and_clear_the_lease,
+            retry_clears_the_lease_and_counts_the_attempt,
+            retry_after_sets_the_delay_and_clears_the_lease,
+            retry_after_without_its_column_is_a_retry,
+            an_ack_that_finds_another_token_is_lease_lost_and_changes_nothing,
+            a_marking_ack_that_finds_another_token_is_lease_lost,
+            a_retry_that_finds_another_token_is_lease_lost,
+            a_retry_after_that_finds_another_token_is_lease_lost,
+            a_handler_longer_than_its_lease_keeps_its_row,
+            attempt_is_one_without_an_attempt_column,
+            a_killed_consumer_process_returns_its_row_when_the_lease_expires,
+            a_custom_settlement_confirms_the_lease_first,
+            a_payload_that_does_not_decode_is_dead_lettered_or_dropped,
+            a_shutdown_during_a_lease_extension_releases_the_token_the_row_carries,
+        );
+    };
+}
+pub(crate) use tests;
+
 type Seen = mpsc::UnboundedReceiver<(i64, u32)>;
 
 fn jobs(table: &str) -> Table {
@@ -18,16 +46,16 @@ fn jobs(table: &str) -> Table {
 
 /// A lease queue whose handler reports each delivery as `(id, attempt)` and settles it with
 /// `outcome(attempt)`.
-fn reporting(
+fn reporting<DB: TestDb>(
     table: Table,
     outcome: impl Fn(u32) -> Outcome + Send + Sync + 'static,
-) -> (impl Mount<Db>, Seen) {
+) -> (impl Mount<DB>, Seen) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queue = Queue::table(table)
         .lease("locked_until")
         .lease_duration(Duration::from_secs(3600))
         .attempt("attempt")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send((d.id(), d.attempt()));
             let outcome = outcome(d.attempt());
             async move { outcome }
@@ -35,15 +63,18 @@ fn reporting(
     (queue, rx)
 }
 
-fn runner(ctx: &Ctx<Db>) -> Runner<Db> {
+fn runner<DB: TestDb>(ctx: &Ctx<DB>) -> Runner<DB> {
     Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(50))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ack_deletes_the_row() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn ack_deletes_the_row<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("a")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("a"))
+        .await
+        .unwrap();
     let (queue, mut seen) = reporting(jobs(&t), |_| Outcome::ack());
     let running = runner(&ctx).mount(queue).start().await.unwrap();
 
@@ -57,11 +88,14 @@ async fn ack_deletes_the_row() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drop_deletes_the_row() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn drop_deletes_the_row<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("poison")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("poison"))
+        .await
+        .unwrap();
     let (queue, mut seen) = reporting(jobs(&t), |_| Outcome::drop());
     let running = runner(&ctx).mount(queue).start().await.unwrap();
 
@@ -75,9 +109,10 @@ async fn drop_deletes_the_row() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ack_and_drop_mark_processed_at_and_clear_the_lease() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn ack_and_drop_mark_processed_at_and_clear_the_lease<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             processed_at: true,
@@ -85,18 +120,29 @@ async fn ack_and_drop_mark_processed_at_and_clear_the_lease() {
         })
         .await;
     let table = jobs(&t).processed_at("processed_at");
-    let acked = table.enqueue(&ctx.pool, Job::new("ack me")).await.unwrap();
-    let dropped = table.enqueue(&ctx.pool, Job::new("drop me")).await.unwrap();
+    let acked = DB::enqueue(&ctx.pool, &table, Job::new("ack me"))
+        .await
+        .unwrap();
+    let dropped = DB::enqueue(&ctx.pool, &table, Job::new("drop me"))
+        .await
+        .unwrap();
     let (queue, mut seen) = reporting(table.clone(), {
         let acked = AtomicFirst::default();
         move |_| {
-            if acked.first() { Outcome::ack() } else { Outcome::drop() }
+            if acked.first() {
+                Outcome::ack()
+            } else {
+                Outcome::drop()
+            }
         }
     });
     let running = runner(&ctx).mount(queue).start().await.unwrap();
 
     assert_eq!(recv(&mut seen, "the first delivery", 10).await, (acked, 1));
-    assert_eq!(recv(&mut seen, "the second delivery", 10).await, (dropped, 1));
+    assert_eq!(
+        recv(&mut seen, "the second delivery", 10).await,
+        (dropped, 1)
+    );
     ctx.wait_count(
         &t,
         "processed_at IS NOT NULL AND locked_until IS NULL",
@@ -105,21 +151,30 @@ async fn ack_and_drop_mark_processed_at_and_clear_the_lease() {
     )
     .await;
     // Marked rows are not claimed again: a later row is delivered next.
-    let later = table.enqueue(&ctx.pool, Job::new("later")).await.unwrap();
+    let later = DB::enqueue(&ctx.pool, &table, Job::new("later"))
+        .await
+        .unwrap();
     assert_eq!(recv(&mut seen, "the later row", 10).await, (later, 1));
     running.shutdown().await.unwrap();
     assert_eq!(ctx.count(&t, "1 = 1").await, 3, "marked rows are kept");
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_clears_the_lease_and_counts_the_attempt() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn retry_clears_the_lease_and_counts_the_attempt<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("flaky")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("flaky"))
+        .await
+        .unwrap();
     // The lease lasts an hour: only a cleared lease lets the row come back at once.
     let (queue, mut seen) = reporting(jobs(&t), |attempt| {
-        if attempt < 3 { Outcome::retry() } else { Outcome::ack() }
+        if attempt < 3 {
+            Outcome::retry()
+        } else {
+            Outcome::ack()
+        }
     });
     let running = runner(&ctx).mount(queue).start().await.unwrap();
 
@@ -136,12 +191,17 @@ async fn retry_clears_the_lease_and_counts_the_attempt() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_after_sets_the_delay_and_clears_the_lease() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn retry_after_sets_the_delay_and_clears_the_lease<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("later")).await.unwrap();
-    let (queue, mut seen) = reporting(jobs(&t), |_| Outcome::retry_after(Duration::from_secs(3600)));
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("later"))
+        .await
+        .unwrap();
+    let (queue, mut seen) = reporting(jobs(&t), |_| {
+        Outcome::retry_after(Duration::from_secs(3600))
+    });
     let running = runner(&ctx).mount(queue).start().await.unwrap();
 
     assert_eq!(recv(&mut seen, "the delivery", 10).await, (id, 1));
@@ -153,15 +213,18 @@ async fn retry_after_sets_the_delay_and_clears_the_lease() {
     )
     .await;
     // Not claimable for an hour: the next row is delivered, the delayed one is not.
-    let next = jobs(&t).enqueue(&ctx.pool, Job::new("next")).await.unwrap();
+    let next = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("next"))
+        .await
+        .unwrap();
     assert_eq!(recv(&mut seen, "the next row", 10).await, (next, 1));
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_after_without_its_column_is_a_retry() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn retry_after_without_its_column_is_a_retry<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             retry_after: false,
@@ -169,7 +232,7 @@ async fn retry_after_without_its_column_is_a_retry() {
         })
         .await;
     let table = Table::new(&t);
-    let id = table.enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap();
     let (queue, mut seen) = reporting(table, |attempt| {
         if attempt == 1 {
             Outcome::retry_after(Duration::from_secs(3600))
@@ -188,8 +251,10 @@ async fn retry_after_without_its_column_is_a_retry() {
 
 /// Runs one delivery whose row another claim takes while the handler works, settled with
 /// `outcome`: the settlement must find the other token, count a lost lease and change nothing.
-async fn lease_lost_on(outcome: Outcome, processed_at: bool) {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+async fn lease_lost_on<DB: TestDb>(outcome: Outcome, processed_at: bool) {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             processed_at,
@@ -201,7 +266,7 @@ async fn lease_lost_on(outcome: Outcome, processed_at: bool) {
     } else {
         jobs(&t)
     };
-    let id = table.enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap();
     let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
     let (tx, mut seen) = mpsc::unbounded_channel();
     let pool = ctx.pool.clone();
@@ -209,13 +274,11 @@ async fn lease_lost_on(outcome: Outcome, processed_at: bool) {
     let queue = Queue::table(table)
         .lease("locked_until")
         .attempt("attempt")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let (pool, steal, tx) = (pool.clone(), steal.clone(), tx.clone());
             async move {
                 // Another claim takes the row while this handler works.
-                <Db as crate::support::TestDb>::exec_time(&pool, &steal, later_claim)
-                    .await
-                    .unwrap();
+                DB::exec_time(&pool, &steal, later_claim).await.unwrap();
                 let _ = tx.send(d.id());
                 outcome
             }
@@ -223,54 +286,61 @@ async fn lease_lost_on(outcome: Outcome, processed_at: bool) {
     let running = runner(&ctx).mount(queue).start().await.unwrap();
 
     assert_eq!(recv(&mut seen, "the delivery", 10).await, id);
-    wait_for("the lost lease counted", Duration::from_secs(10), || async {
-        running.stats().lease_lost == 1
-    })
+    wait_for(
+        "the lost lease counted",
+        Duration::from_secs(10),
+        || async { running.stats().lease_lost == 1 },
+    )
     .await;
     let stats = running.stats();
     assert_eq!((stats.acked, stats.dropped, stats.retried), (0, 0, 0));
     // The row is untouched: it belongs to the later claim.
     let untouched = format!(
         "id = {id} AND locked_until IS NOT NULL AND retry_after IS NULL AND attempt = 2{}",
-        if processed_at { " AND processed_at IS NULL" } else { "" }
+        if processed_at {
+            " AND processed_at IS NULL"
+        } else {
+            ""
+        }
     );
     assert_eq!(ctx.count(&t, &untouched).await, 1, "{outcome:?}");
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_ack_that_finds_another_token_is_lease_lost_and_changes_nothing() {
-    lease_lost_on(Outcome::ack(), false).await;
+pub(crate) async fn an_ack_that_finds_another_token_is_lease_lost_and_changes_nothing<
+    DB: TestDb,
+>() {
+    lease_lost_on::<DB>(Outcome::ack(), false).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_marking_ack_that_finds_another_token_is_lease_lost() {
-    lease_lost_on(Outcome::drop(), true).await;
+pub(crate) async fn a_marking_ack_that_finds_another_token_is_lease_lost<DB: TestDb>() {
+    lease_lost_on::<DB>(Outcome::drop(), true).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_that_finds_another_token_is_lease_lost() {
-    lease_lost_on(Outcome::retry(), false).await;
+pub(crate) async fn a_retry_that_finds_another_token_is_lease_lost<DB: TestDb>() {
+    lease_lost_on::<DB>(Outcome::retry(), false).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_after_that_finds_another_token_is_lease_lost() {
-    lease_lost_on(Outcome::retry_after(Duration::from_secs(60)), false).await;
+pub(crate) async fn a_retry_after_that_finds_another_token_is_lease_lost<DB: TestDb>() {
+    lease_lost_on::<DB>(Outcome::retry_after(Duration::from_secs(60)), false).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_longer_than_its_lease_keeps_its_row() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_handler_longer_than_its_lease_keeps_its_row<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("slow")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("slow"))
+        .await
+        .unwrap();
     let deliveries = Arc::new(Mutex::new(Vec::new()));
     let slow = |deliveries: Arc<Mutex<Vec<i64>>>| {
         Queue::table(jobs(&t))
             .lease("locked_until")
             .lease_duration(Duration::from_millis(1200))
             .attempt("attempt")
-            .handler(move |d: Delivery<Db>| {
+            .handler(move |d: Delivery<DB>| {
                 deliveries.lock().unwrap().push(d.id());
                 async move {
                     // Work for three leases; the runner extends the lease meanwhile.
@@ -280,8 +350,16 @@ async fn a_handler_longer_than_its_lease_keeps_its_row() {
             })
     };
     // A second runner polls all the while, and would take the row if its lease expired.
-    let first = runner(&ctx).mount(slow(Arc::clone(&deliveries))).start().await.unwrap();
-    let second = runner(&ctx).mount(slow(Arc::clone(&deliveries))).start().await.unwrap();
+    let first = runner(&ctx)
+        .mount(slow(Arc::clone(&deliveries)))
+        .start()
+        .await
+        .unwrap();
+    let second = runner(&ctx)
+        .mount(slow(Arc::clone(&deliveries)))
+        .start()
+        .await
+        .unwrap();
 
     ctx.wait_none(&t, "1 = 1", 20).await;
     first.shutdown().await.unwrap();
@@ -290,23 +368,30 @@ async fn a_handler_longer_than_its_lease_keeps_its_row() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn attempt_is_one_without_an_attempt_column() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn attempt_is_one_without_an_attempt_column<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             attempt: false,
             ..Spec::lease()
         })
         .await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("x"))
+        .await
+        .unwrap();
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send((d.id(), d.attempt()));
             async move {
-                if d.attempt() == 1 { Outcome::ack() } else { Outcome::drop() }
+                if d.attempt() == 1 {
+                    Outcome::ack()
+                } else {
+                    Outcome::drop()
+                }
             }
         });
     let running = runner(&ctx).mount(queue).start().await.unwrap();
@@ -326,14 +411,18 @@ impl AtomicFirst {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_killed_consumer_process_returns_its_row_when_the_lease_expires() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_killed_consumer_process_returns_its_row_when_the_lease_expires<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("x"))
+        .await
+        .unwrap();
     let database = ctx.url.clone().expect("a database");
     let lease = Duration::from_millis(1500);
-    let mut consumer = crate::support::Consumer::spawn(&database, &t, "lease", "hang", &["1", "1500"]);
+    let mut consumer =
+        crate::support::Consumer::spawn(&database, &t, "lease", "hang", &["1", "1500"]);
     assert_eq!(consumer.line(30).await, "running");
     assert_eq!(consumer.line(30).await, format!("started {id}"));
     let started = tokio::time::Instant::now();
@@ -344,31 +433,45 @@ async fn a_killed_consumer_process_returns_its_row_when_the_lease_expires() {
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .attempt("attempt")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send((d.id(), d.attempt()));
             async { Outcome::ack() }
         });
     let running = runner(&ctx).mount(queue).start().await.unwrap();
-    assert_eq!(recv(&mut seen, "the killed consumer's row", 10).await, (id, 2));
+    assert_eq!(
+        recv(&mut seen, "the killed consumer's row", 10).await,
+        (id, 2)
+    );
     let back = killed.elapsed();
     // Not before its lease ran out (it was taken before `started` was printed), nor long after.
-    assert!(started.elapsed() >= lease - Duration::from_millis(100), "{back:?}");
+    assert!(
+        started.elapsed() >= lease - Duration::from_millis(100),
+        "{back:?}"
+    );
     assert!(back < lease + Duration::from_secs(3), "back after {back:?}");
     crate::support::report(&format!(
         "{}: lease: a row held by a killed process delivered again {back:?} after the kill \
          (lease {lease:?})",
-        <Db as crate::support::TestDb>::LABEL
+        DB::LABEL
     ));
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_custom_settlement_confirms_the_lease_first() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-    let t = ctx.table(Spec { group: true, ..Spec::lease() }).await;
+pub(crate) async fn a_custom_settlement_confirms_the_lease_first<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
     let table = jobs(&t).group("queue");
-    let id = table.enqueue(&ctx.pool, Job::new("x").group("mail")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &table, Job::new("x").group("mail"))
+        .await
+        .unwrap();
     let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
     let pool = ctx.pool.clone();
     let steal = format!("UPDATE {t} SET locked_until = ? WHERE id = {id}");
@@ -379,21 +482,25 @@ async fn a_custom_settlement_confirms_the_lease_first() {
             sqlx_queue::Event::Ack,
             format!("UPDATE {t} SET queue = 'acked' WHERE id = :id"),
         )
-        .handler(move |_: Delivery<Db>| {
+        .handler(move |_: Delivery<DB>| {
             let (pool, steal) = (pool.clone(), steal.clone());
             async move {
-                <Db as crate::support::TestDb>::exec_time(&pool, &steal, later_claim)
-                    .await
-                    .unwrap();
+                DB::exec_time(&pool, &steal, later_claim).await.unwrap();
                 Outcome::ack()
             }
         });
     let running = runner(&ctx).mount(queue).start().await.unwrap();
-    wait_for("the lost lease counted", Duration::from_secs(10), || async {
-        running.stats().lease_lost == 1
-    })
+    wait_for(
+        "the lost lease counted",
+        Duration::from_secs(10),
+        || async { running.stats().lease_lost == 1 },
+    )
     .await;
-    assert_eq!(ctx.count(&t, "queue = 'acked'").await, 0, "the custom SQL did not run");
+    assert_eq!(
+        ctx.count(&t, "queue = 'acked'").await,
+        0,
+        "the custom SQL did not run"
+    );
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
@@ -403,18 +510,28 @@ struct Signup {
     email: String,
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_payload_that_does_not_decode_is_dead_lettered_or_dropped() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-    let t = ctx.table(Spec { group: true, ..Spec::lease() }).await;
+pub(crate) async fn a_payload_that_does_not_decode_is_dead_lettered_or_dropped<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
     let table = jobs(&t).group("queue");
     for group in ["capped", "uncapped"] {
-        table.enqueue(&ctx.pool, Job::new("not json").group(group)).await.unwrap();
+        DB::enqueue(&ctx.pool, &table, Job::new("not json").group(group))
+            .await
+            .unwrap();
         let good = Job::json(&serde_json::json!({ "email": "a@example.com" })).unwrap();
-        table.enqueue(&ctx.pool, good.group(group)).await.unwrap();
+        DB::enqueue(&ctx.pool, &table, good.group(group))
+            .await
+            .unwrap();
     }
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let handler = move |signup: Signup, d: Delivery<Db>| {
+    let handler = move |signup: Signup, d: Delivery<DB>| {
         let _ = tx.send((d.group().map(str::to_owned), signup.email));
         async { Outcome::ack() }
     };
@@ -425,8 +542,16 @@ async fn a_payload_that_does_not_decode_is_dead_lettered_or_dropped() {
         .max_attempts(3)
         .dead_letter(sqlx_queue::DeadLetter::group("dead"))
         .json_handler(handler.clone());
-    let uncapped = Queue::table(table).named("uncapped").lease("locked_until").json_handler(handler);
-    let running = runner(&ctx).mount(capped).mount(uncapped).start().await.unwrap();
+    let uncapped = Queue::table(table)
+        .named("uncapped")
+        .lease("locked_until")
+        .json_handler(handler);
+    let running = runner(&ctx)
+        .mount(capped)
+        .mount(uncapped)
+        .start()
+        .await
+        .unwrap();
     for _ in 0..2 {
         let (_, email) = recv(&mut seen, "the decoded payloads", 10).await;
         assert_eq!(email, "a@example.com");
@@ -435,7 +560,10 @@ async fn a_payload_that_does_not_decode_is_dead_lettered_or_dropped() {
     ctx.wait_count(&t, "queue = 'dead'", 1, 10).await;
     ctx.wait_count(&t, "1 = 1", 1, 10).await;
     running.shutdown().await.unwrap();
-    assert!(seen.try_recv().is_err(), "the handler saw only decoded payloads");
+    assert!(
+        seen.try_recv().is_err(),
+        "the handler saw only decoded payloads"
+    );
     ctx.drop_tables().await;
 }
 
@@ -448,18 +576,22 @@ impl Drop for Dropped {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_shutdown_during_a_lease_extension_releases_the_token_the_row_carries() {
-    use crate::support::TestDb;
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_shutdown_during_a_lease_extension_releases_the_token_the_row_carries<
+    DB: TestDb,
+>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("x"))
+        .await
+        .unwrap();
     let (started, mut seen) = mpsc::unbounded_channel();
     let (dropped, mut gone) = mpsc::unbounded_channel();
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .lease_duration(Duration::from_secs(1))
-        .handler(move |_: Delivery<Db>| {
+        .handler(move |_: Delivery<DB>| {
             let _ = started.send(tokio::time::Instant::now());
             let guard = Dropped(dropped.clone());
             async move {
@@ -478,13 +610,13 @@ async fn a_shutdown_during_a_lease_extension_releases_the_token_the_row_carries(
 
     // Another session holds the row, so the extension due at half the lease waits for it.
     let mut holder = ctx.pool.begin().await.unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "UPDATE {t} SET payload = payload WHERE id = {id}"
-    )))
-    .execute(&mut *holder)
+    DB::query_on(
+        &mut *holder,
+        &format!("UPDATE {t} SET payload = payload WHERE id = {id}"),
+    )
     .await
     .unwrap();
-    match <Db as TestDb>::LABEL {
+    match DB::LABEL {
         "postgres" => {
             let waiting = format!(
                 "(SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
@@ -519,7 +651,8 @@ async fn a_shutdown_during_a_lease_extension_releases_the_token_the_row_carries(
         "{report:?}"
     );
     assert_eq!(
-        ctx.count(&t, &format!("id = {id} AND locked_until IS NULL")).await,
+        ctx.count(&t, &format!("id = {id} AND locked_until IS NULL"))
+            .await,
         1,
         "no lease left behind after shutdown returned"
     );

@@ -1,124 +1,123 @@
 //! Integration tests, one binary: every area's tests run on SQLite, PostgreSQL and MariaDB/MySQL.
 //!
-//! Each area file is written once against the alias `Db` and included in one module per
-//! database, so `cargo test sqlite::` (or `postgres::`, `mysql::`) runs one database's tests.
-//! PostgreSQL and MySQL tests read `SQLX_QUEUE_PG_URL` and `SQLX_QUEUE_MYSQL_URL`, and skip
-//! themselves with a notice when those are not set (they fail instead under
-//! `SQLX_QUEUE_REQUIRE_ALL=1`).
+//! Each area is a module of generic tests, written once: `async fn name<DB: TestDb>()`, and for
+//! the areas run once per claim form (`held`, `dead`, `transactional`, `batch`, `redelivery`,
+//! `shutdown`, `poison`, `attempts`) `async fn name<DB: TestDb, F: Form<DB>>()`; what differs
+//! between databases or forms is an item of `support::TestDb` or `support::Form`, or a branch on
+//! it. Each area lists its tests in its `tests!` macro, and `per_database!` below writes one
+//! module per database with one module per area (and form) in it, whose `#[tokio::test]`s run
+//! the area's tests on that database, under their own names: `cargo test sqlite::` (or
+//! `postgres::`, `mysql::`) runs one database's tests, `cargo test postgres::row_lock_batch::` one
+//! form's batches there. PostgreSQL and MySQL tests read `SQLX_QUEUE_PG_URL` and
+//! `SQLX_QUEUE_MYSQL_URL`, and skip themselves with a notice when those are not set (they fail
+//! instead under `SQLX_QUEUE_REQUIRE_ALL=1`).
+
+/// `#[tokio::test]`s that run an area's generic tests with the type arguments given, under the
+/// tests' own names: `instantiate!(lease<sqlx::Sqlite>: ack_deletes_the_row)` writes
+/// `async fn ack_deletes_the_row()`, which runs `crate::lease::ack_deletes_the_row::<sqlx::Sqlite>()`;
+/// `instantiate!(dead<sqlx::Sqlite, LeaseForm>: ..)` runs them on one claim form too.
+macro_rules! instantiate {
+    ($area:ident<$db:ty>: $($test:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            crate::$area::$test::<$db>().await;
+        }
+    )+};
+    ($area:ident<$db:ty, $form:ty>: $($test:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            crate::$area::$test::<$db, $form>().await;
+        }
+    )+};
+}
+pub(crate) use instantiate;
 
 mod examples;
 mod support;
 
-include!("held.rs");
-include!("dead.rs");
-include!("transactional.rs");
-include!("batch.rs");
-include!("redelivery.rs");
-include!("shutdown.rs");
-include!("poison.rs");
-include!("attempts.rs");
+mod attempts;
+mod batch;
+mod custom_sql;
+mod dead;
+mod dead_table;
+mod docs;
+mod enqueue;
+mod explain;
+mod held;
+mod identity;
+mod isolation;
+mod lease;
+mod notify;
+mod order;
+mod payload;
+mod poison;
+mod redelivery;
+mod refusals;
+mod rows;
+mod runner;
+mod schema;
+mod shutdown;
+mod transactional;
 
+/// In a database's module, one module per area with the area's tests on `$db`:
+/// `modules!(sqlx::Sqlite: lease)` writes `mod lease`, and
+/// `modules!(sqlx::Sqlite: lease_dead => dead(LeaseForm))` writes `mod lease_dead` with the tests
+/// of `dead.rs` on the lease form.
+macro_rules! modules {
+    ($db:ty: $($area:ident),+ $(,)?) => {$(
+        mod $area {
+            crate::$area::tests!($db);
+        }
+    )+};
+    ($db:ty: $($module:ident => $area:ident($form:ident)),+ $(,)?) => {$(
+        mod $module {
+            crate::$area::tests!($db, crate::support::$form);
+        }
+    )+};
+}
+
+/// One module per database; `$row_lock` where the database has the row lock form.
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
         mod $db {
-            #[allow(unused_imports)]
-            use crate::support::{Ctx, Spec, recv, wait_for};
-            type Db = $ty;
-
-            mod lease {
-                use super::*;
-                include!("lease.rs");
-            }
-            mod runner {
-                use super::*;
-                include!("runner.rs");
-            }
-            mod enqueue {
-                use super::*;
-                include!("enqueue.rs");
-            }
-            mod schema {
-                use super::*;
-                include!("schema.rs");
-            }
-            mod docs {
-                use super::*;
-                include!("docs.rs");
-            }
-            mod order {
-                use super::*;
-                include!("order.rs");
-            }
-            mod notify {
-                use super::*;
-                include!("notify.rs");
-            }
-            mod explain {
-                use super::*;
-                include!("explain.rs");
-            }
-            mod isolation {
-                use super::*;
-                include!("isolation.rs");
-            }
-            mod payload {
-                use super::*;
-                include!("payload.rs");
-            }
-            mod rows {
-                use super::*;
-                include!("rows.rs");
-            }
-            mod identity {
-                use super::*;
-                include!("identity.rs");
-            }
-            mod dead_table {
-                use super::*;
-                include!("dead_table.rs");
-            }
-            mod custom_sql {
-                use super::*;
-                include!("custom_sql.rs");
-            }
-            mod refusals {
-                use super::*;
-                include!("refusals.rs");
-            }
-            held_form_tests!(advisory, advisory_lock, true);
-            dead_letter_tests!(lease_dead, true, lease("locked_until"));
-            dead_letter_tests!(advisory_dead, true, advisory_lock());
-            transactional_tests!(lease_tx, lease("locked_until"));
-            transactional_tests!(advisory_tx, advisory_lock());
-            batch_tests!(lease_batch, false, lease("locked_until"));
-            batch_tests!(advisory_batch, false, advisory_lock());
-            redelivery_tests!(lease_redelivery, lease("locked_until"));
-            redelivery_tests!(advisory_redelivery, advisory_lock());
-            shutdown_tests!(lease_shutdown, lease("locked_until"));
-            shutdown_tests!(advisory_shutdown, advisory_lock());
-            poison_tests!(
-                lease_poison,
-                true,
-                lease("locked_until").lease_duration(std::time::Duration::from_millis(300))
+            modules!($ty:
+                lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
+                rows, identity, dead_table, custom_sql, refusals,
             );
-            poison_tests!(advisory_poison, true, advisory_lock());
-            attempt_column_tests!(lease_attempts, true, lease("locked_until"));
-            attempt_column_tests!(advisory_attempts, true, advisory_lock());
+            modules!($ty:
+                advisory => held(AdvisoryForm),
+                lease_dead => dead(LeaseForm),
+                advisory_dead => dead(AdvisoryForm),
+                lease_tx => transactional(LeaseForm),
+                advisory_tx => transactional(AdvisoryForm),
+                lease_batch => batch(LeaseForm),
+                advisory_batch => batch(AdvisoryForm),
+                lease_redelivery => redelivery(LeaseForm),
+                advisory_redelivery => redelivery(AdvisoryForm),
+                lease_shutdown => shutdown(LeaseForm),
+                advisory_shutdown => shutdown(AdvisoryForm),
+                lease_poison => poison(LeaseForm),
+                advisory_poison => poison(AdvisoryForm),
+                lease_attempts => attempts(LeaseForm),
+                advisory_attempts => attempts(AdvisoryForm),
+            );
             $(
-                held_form_tests!($row_lock, row_lock, false);
-                dead_letter_tests!(row_lock_dead, false, $row_lock());
-                transactional_tests!(row_lock_tx, $row_lock());
-                batch_tests!(row_lock_batch, true, $row_lock());
-                redelivery_tests!(row_lock_redelivery, $row_lock());
-                shutdown_tests!(row_lock_shutdown, $row_lock());
-                poison_tests!(row_lock_poison, false, $row_lock());
-                attempt_column_tests!(row_lock_attempts, false, $row_lock());
+                modules!($ty:
+                    $row_lock => held(RowLockForm),
+                    row_lock_dead => dead(RowLockForm),
+                    row_lock_tx => transactional(RowLockForm),
+                    row_lock_batch => batch(RowLockForm),
+                    row_lock_redelivery => redelivery(RowLockForm),
+                    row_lock_shutdown => shutdown(RowLockForm),
+                    row_lock_poison => poison(RowLockForm),
+                    row_lock_attempts => attempts(RowLockForm),
+                );
             )?
         }
     )*};
 }
 
-// SQLite has no row locks: `.row_lock()` does not compile there.
+// SQLite has no row locks: `RowLockForm` is not a `Form<sqlx::Sqlite>`.
 per_database! {
     sqlite => sqlx::Sqlite;
     postgres => sqlx::Postgres, row_lock;

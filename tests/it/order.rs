@@ -8,32 +8,62 @@ use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn priority_then_due_time_then_id() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+use crate::support::{Ctx, Spec, TestDb, recv};
+
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(order<$db>:
+            priority_then_due_time_then_id,
+            fifo_groups_run_in_id_order_one_row_at_a_time_across_runners,
+            a_delayed_fifo_head_lets_rows_due_earlier_go_first,
+            bulk_jobs_keep_their_priorities,
+            a_fifo_group_advances_as_each_row_settles_not_at_the_poll,
+        );
+    };
+}
+pub(crate) use tests;
+
+pub(crate) async fn priority_then_due_time_then_id<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             priority: true,
             ..Spec::lease()
         })
         .await;
-    let table = Table::new(&t).retry_after("retry_after").priority("priority");
-    let low = table.enqueue(&ctx.pool, Job::new("low").priority(3)).await.unwrap();
-    let mid = table.enqueue(&ctx.pool, Job::new("mid").priority(2)).await.unwrap();
-    let due_late = table.enqueue(&ctx.pool, Job::new("due late").priority(1)).await.unwrap();
-    let due_early = table.enqueue(&ctx.pool, Job::new("due early").priority(1)).await.unwrap();
-    let never_delayed = table.enqueue(&ctx.pool, Job::new("never delayed").priority(1)).await.unwrap();
+    let table = Table::new(&t)
+        .retry_after("retry_after")
+        .priority("priority");
+    let low = DB::enqueue(&ctx.pool, &table, Job::new("low").priority(3))
+        .await
+        .unwrap();
+    let mid = DB::enqueue(&ctx.pool, &table, Job::new("mid").priority(2))
+        .await
+        .unwrap();
+    let due_late = DB::enqueue(&ctx.pool, &table, Job::new("due late").priority(1))
+        .await
+        .unwrap();
+    let due_early = DB::enqueue(&ctx.pool, &table, Job::new("due early").priority(1))
+        .await
+        .unwrap();
+    let never_delayed = DB::enqueue(&ctx.pool, &table, Job::new("never delayed").priority(1))
+        .await
+        .unwrap();
     // Two high-priority rows whose delays have run out, the later id due first.
     let hour_ago = chrono::Utc::now() - chrono::TimeDelta::hours(1);
     let two_hours_ago = hour_ago - chrono::TimeDelta::hours(1);
-    <Db as crate::support::TestDb>::exec_time(
+    DB::exec_time(
         &ctx.pool,
         &format!("UPDATE {t} SET retry_after = ? WHERE id = {due_late}"),
         hour_ago,
     )
     .await
     .unwrap();
-    <Db as crate::support::TestDb>::exec_time(
+    DB::exec_time(
         &ctx.pool,
         &format!("UPDATE {t} SET retry_after = ? WHERE id = {due_early}"),
         two_hours_ago,
@@ -41,11 +71,17 @@ async fn priority_then_due_time_then_id() {
     .await
     .unwrap();
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let queue = Queue::table(table).lease("locked_until").handler(move |d: Delivery<Db>| {
-        let _ = tx.send(d.id());
-        async { Outcome::ack() }
-    });
-    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    let queue = Queue::table(table)
+        .lease("locked_until")
+        .handler(move |d: Delivery<DB>| {
+            let _ = tx.send(d.id());
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
     let mut order = Vec::new();
     for _ in 0..5 {
         order.push(recv(&mut seen, "the deliveries in order", 10).await);
@@ -62,9 +98,10 @@ enum Event {
     End(usize),
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fifo_groups_run_in_id_order_one_row_at_a_time_across_runners() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn fifo_groups_run_in_id_order_one_row_at_a_time_across_runners<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             group: true,
@@ -77,7 +114,7 @@ async fn fifo_groups_run_in_id_order_one_row_at_a_time_across_runners() {
     let jobs: Vec<Job<'_>> = (0..300)
         .map(|i| Job::new(groups[i % 3]).group(groups[i % 3]))
         .collect();
-    table.enqueue_many(&ctx.pool, &jobs).await.unwrap();
+    DB::enqueue_many(&ctx.pool, &table, &jobs).await.unwrap();
 
     let events: Arc<Mutex<Vec<Event>>> = Arc::default();
     let mut runners = Vec::new();
@@ -87,7 +124,7 @@ async fn fifo_groups_run_in_id_order_one_row_at_a_time_across_runners() {
             .lease("locked_until")
             .fifo()
             .workers(8)
-            .handler(move |d: Delivery<Db>| {
+            .handler(move |d: Delivery<DB>| {
                 let group = groups
                     .iter()
                     .position(|g| g.as_bytes() == d.payload())
@@ -124,7 +161,10 @@ async fn fifo_groups_run_in_id_order_one_row_at_a_time_across_runners() {
                 in_work[group] += 1;
                 assert_eq!(in_work[group], 1, "group {group}: two rows in work at once");
                 let previous = last.insert(group, id).unwrap_or(i64::MIN);
-                assert!(id > previous, "group {group}: row {id} after row {previous}");
+                assert!(
+                    id > previous,
+                    "group {group}: row {id} after row {previous}"
+                );
                 most_groups_at_once =
                     most_groups_at_once.max(in_work.iter().filter(|n| **n > 0).count());
             }
@@ -136,9 +176,10 @@ async fn fifo_groups_run_in_id_order_one_row_at_a_time_across_runners() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_delayed_fifo_head_lets_rows_due_earlier_go_first() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_delayed_fifo_head_lets_rows_due_earlier_go_first<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             group: true,
@@ -147,30 +188,36 @@ async fn a_delayed_fifo_head_lets_rows_due_earlier_go_first() {
         .await;
     let table = Table::new(&t).group("queue").retry_after("retry_after");
     let hour = Duration::from_secs(3600);
-    let head = table
-        .enqueue(&ctx.pool, Job::new("head").group("g").delay(hour))
+    let head = DB::enqueue(&ctx.pool, &table, Job::new("head").group("g").delay(hour))
         .await
         .unwrap();
-    let next = table.enqueue(&ctx.pool, Job::new("next").group("g")).await.unwrap();
+    let next = DB::enqueue(&ctx.pool, &table, Job::new("next").group("g"))
+        .await
+        .unwrap();
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(table)
         .named("g")
         .lease("locked_until")
         .fifo()
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send(d.id());
             async { Outcome::ack() }
         });
-    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
     assert_eq!(recv(&mut seen, "the row due", 10).await, next);
     running.shutdown().await.unwrap();
     assert_eq!(ctx.count(&t, &format!("id = {head}")).await, 1);
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bulk_jobs_keep_their_priorities() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn bulk_jobs_keep_their_priorities<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             priority: true,
@@ -187,16 +234,23 @@ async fn bulk_jobs_keep_their_priorities() {
         .into_iter()
         .map(|p| Job::new("x").group("g").priority(p))
         .collect();
-    assert_eq!(table.enqueue_many(&ctx.pool, &batch).await.unwrap(), 3);
+    assert_eq!(
+        DB::enqueue_many(&ctx.pool, &table, &batch).await.unwrap(),
+        3
+    );
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(table)
         .named("g")
         .lease("locked_until")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send(d.id());
             async { Outcome::ack() }
         });
-    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
     let mut order = Vec::new();
     for _ in 0..3 {
         order.push(recv(&mut seen, "the deliveries", 10).await);
@@ -211,9 +265,10 @@ async fn bulk_jobs_keep_their_priorities() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fifo_group_advances_as_each_row_settles_not_at_the_poll() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_fifo_group_advances_as_each_row_settles_not_at_the_poll<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             group: true,
@@ -222,25 +277,29 @@ async fn a_fifo_group_advances_as_each_row_settles_not_at_the_poll() {
         .await;
     let table = Table::new(&t).group("queue").retry_after("retry_after");
     let jobs: Vec<Job<'_>> = (0..10).map(|_| Job::new("x").group("mail")).collect();
-    table.enqueue_many(&ctx.pool, &jobs).await.unwrap();
+    DB::enqueue_many(&ctx.pool, &table, &jobs).await.unwrap();
     let queue = Queue::table(table)
         .named("mail")
         .lease("locked_until")
         .fifo()
         .workers(4)
-        .handler(|_: Delivery<Db>| async {
+        .handler(|_: Delivery<DB>| async {
             tokio::time::sleep(Duration::from_millis(20)).await;
             Outcome::ack()
         });
     let started = Instant::now();
     // The default 1 s poll: a group that advanced only at the poll would take about 10 s.
-    let running = Runner::new(ctx.pool.clone()).mount(queue).start().await.unwrap();
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
     ctx.wait_none(&t, "1 = 1", 30).await;
     let drained = started.elapsed();
     running.shutdown().await.unwrap();
     crate::support::report(&format!(
         "{}: a FIFO group of 10 rows of 20 ms with 4 workers drained in {drained:?}",
-        <Db as crate::support::TestDb>::LABEL
+        DB::LABEL
     ));
     assert!(drained < Duration::from_secs(1), "drained in {drained:?}");
     ctx.drop_tables().await;

@@ -3,11 +3,23 @@
 
 use std::time::Duration;
 
-use sqlx::Row as _;
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
-type DbRow = <Db as sqlx::Database>::Row;
+use crate::support::{Ctx, Spec, TestDb, TestRow, recv};
+
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(rows<$db>:
+            a_lease_row_handler_gets_its_row_whole,
+            a_row_that_does_not_decode_is_dropped_unhandled,
+            a_transactional_row_handler_reads_and_writes_in_its_transaction,
+        );
+    };
+}
+pub(crate) use tests;
 
 /// The service's own row type: the queue's columns and one of its own.
 #[derive(Debug, PartialEq)]
@@ -17,12 +29,12 @@ pub(crate) struct Email {
     recipient: String,
 }
 
-impl sqlx::FromRow<'_, DbRow> for Email {
-    fn from_row(row: &DbRow) -> sqlx::Result<Self> {
+impl<R: TestRow> sqlx::FromRow<'_, R> for Email {
+    fn from_row(row: &R) -> sqlx::Result<Self> {
         Ok(Email {
-            id: row.try_get("id")?,
-            payload: row.try_get("payload")?,
-            recipient: row.try_get("recipient")?,
+            id: row.int("id")?,
+            payload: row.blob("payload")?,
+            recipient: row.text("recipient")?,
         })
     }
 }
@@ -31,9 +43,9 @@ impl sqlx::FromRow<'_, DbRow> for Email {
 #[derive(Debug)]
 struct Missing;
 
-impl sqlx::FromRow<'_, DbRow> for Missing {
-    fn from_row(row: &DbRow) -> sqlx::Result<Self> {
-        row.try_get::<String, _>("no_such_column").map(|_| Missing)
+impl<R: TestRow> sqlx::FromRow<'_, R> for Missing {
+    fn from_row(row: &R) -> sqlx::Result<Self> {
+        row.text("no_such_column").map(|_| Missing)
     }
 }
 
@@ -42,27 +54,39 @@ fn jobs(table: &str) -> Table {
 }
 
 /// A queue table with a `recipient` column of the service's own, and three rows in it.
-pub(crate) async fn emails(ctx: &mut Ctx<Db>) -> (String, Vec<Email>) {
+pub(crate) async fn emails<DB: TestDb>(ctx: &mut Ctx<DB>) -> (String, Vec<Email>) {
     let t = ctx.table(Spec::lease()).await;
-    ctx.exec(&format!("ALTER TABLE {t} ADD COLUMN recipient VARCHAR(100)")).await;
+    ctx.exec(&format!(
+        "ALTER TABLE {t} ADD COLUMN recipient VARCHAR(100)"
+    ))
+    .await;
     let mut want = Vec::new();
     for i in 0..3 {
         let payload = format!("welcome {i}");
-        let id = jobs(&t).enqueue(&ctx.pool, Job::new(&payload)).await.unwrap();
+        let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new(&payload))
+            .await
+            .unwrap();
         let recipient = format!("user{i}@example.com");
-        ctx.exec(&format!("UPDATE {t} SET recipient = '{recipient}' WHERE id = {id}")).await;
-        want.push(Email { id, payload: payload.into_bytes(), recipient });
+        ctx.exec(&format!(
+            "UPDATE {t} SET recipient = '{recipient}' WHERE id = {id}"
+        ))
+        .await;
+        want.push(Email {
+            id,
+            payload: payload.into_bytes(),
+            recipient,
+        });
     }
     (t, want)
 }
 
 /// Runs the runner `mount` makes until `t` is empty, and returns the rows its handler sent, in
 /// id order.
-pub(crate) async fn handled(
-    ctx: &Ctx<Db>,
+pub(crate) async fn handled<DB: TestDb>(
+    ctx: &Ctx<DB>,
     t: &str,
     rows: usize,
-    mount: impl FnOnce(Runner<Db>) -> Runner<Db>,
+    mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
     seen: &mut mpsc::UnboundedReceiver<Email>,
 ) -> Vec<Email> {
     let runner = Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(50));
@@ -78,19 +102,20 @@ pub(crate) async fn handled(
 }
 
 /// The row handler of these tests: it checks the row is its delivery's and sends it.
-pub(crate) fn send_rows(
+pub(crate) fn send_rows<DB: TestDb>(
     tx: mpsc::UnboundedSender<Email>,
-) -> impl Fn(Email, Delivery<Db>) -> std::future::Ready<Outcome> + Send + Sync + 'static {
-    move |email: Email, d: Delivery<Db>| {
+) -> impl Fn(Email, Delivery<DB>) -> std::future::Ready<Outcome> + Send + Sync + 'static {
+    move |email: Email, d: Delivery<DB>| {
         assert_eq!(email.id, d.id(), "the row of its own delivery");
         let _ = tx.send(email);
         std::future::ready(Outcome::ack())
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lease_row_handler_gets_its_row_whole() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_lease_row_handler_gets_its_row_whole<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let (t, want) = emails(&mut ctx).await;
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(jobs(&t))
@@ -103,15 +128,16 @@ async fn a_lease_row_handler_gets_its_row_whole() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_row_that_does_not_decode_is_dropped_unhandled() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_row_that_does_not_decode_is_dropped_unhandled<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let (t, want) = emails(&mut ctx).await;
     let (tx, mut seen) = mpsc::unbounded_channel::<()>();
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .attempt("attempt")
-        .row_handler(move |_: Missing, _: Delivery<Db>| {
+        .row_handler(move |_: Missing, _: Delivery<DB>| {
             let _ = tx.send(());
             async { Outcome::ack() }
         });
@@ -132,31 +158,41 @@ async fn a_row_that_does_not_decode_is_dropped_unhandled() {
 
 /// Transactional row mode: the row is read in the delivery's transaction, and the handler's
 /// writes through it commit with the ack.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_transactional_row_handler_reads_and_writes_in_its_transaction() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_transactional_row_handler_reads_and_writes_in_its_transaction<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let (t, want) = emails(&mut ctx).await;
     let sent = ctx.table(Spec::default()).await;
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let insert = format!("INSERT INTO {sent} (payload) VALUES (CAST('x' AS {}))", match <Db as crate::support::TestDb>::LABEL {
-        "postgres" => "BYTEA",
-        "mysql" => "BINARY",
-        _ => "BLOB",
-    });
+    let insert = format!(
+        "INSERT INTO {sent} (payload) VALUES (CAST('x' AS {}))",
+        match DB::LABEL {
+            "postgres" => "BYTEA",
+            "mysql" => "BINARY",
+            _ => "BLOB",
+        }
+    );
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .attempt("attempt")
         .transactional()
-        .row_handler(move |email: Email, mut d: Delivery<Db, sqlx_queue::Transactional>| {
-            let (tx, insert) = (tx.clone(), insert.clone());
-            async move {
-                sqlx::query(sqlx::AssertSqlSafe(insert)).execute(&mut *d.tx()).await.unwrap();
-                let _ = tx.send(email);
-                Outcome::ack()
-            }
-        });
+        .row_handler(
+            move |email: Email, mut d: Delivery<DB, sqlx_queue::Transactional>| {
+                let (tx, insert) = (tx.clone(), insert.clone());
+                async move {
+                    DB::query_on(&mut *d.tx(), &insert).await.unwrap();
+                    let _ = tx.send(email);
+                    Outcome::ack()
+                }
+            },
+        );
     let got = handled(&ctx, &t, want.len(), |r| r.mount(queue), &mut seen).await;
     assert_eq!(got, want, "each row whole, in the delivery's transaction");
-    assert_eq!(ctx.count(&sent, "1 = 1").await, want.len() as i64, "the writes committed");
+    assert_eq!(
+        ctx.count(&sent, "1 = 1").await,
+        want.len() as i64,
+        "the writes committed"
+    );
     ctx.drop_tables().await;
 }

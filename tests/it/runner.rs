@@ -7,21 +7,49 @@ use std::time::Duration;
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::support::{Ctx, Spec, TestDb, recv, wait_for};
+
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(runner<$db>:
+            two_runners_of_four_workers_handle_every_row_exactly_once,
+            shutdown_finishes_deliveries_in_work_and_leaves_no_lease,
+            shutdown_cancels_handlers_at_its_timeout_and_releases_their_rows,
+            a_panicking_handler_is_retried_and_the_runner_goes_on,
+            an_enqueue_in_this_process_wakes_an_idle_queue,
+            claims_that_fail_are_retried_until_the_table_is_back,
+            queues_of_one_table_serve_their_own_group,
+            batched_acknowledgements_report_a_lost_lease_row_by_row,
+            busy_queues_leave_the_pool_a_connection_for_the_application,
+            a_connection_a_handler_used_goes_back_through_the_pools_after_release,
+        );
+    };
+}
+pub(crate) use tests;
+
 fn jobs(table: &str) -> Table {
     Table::new(table).retry_after("retry_after")
 }
 
-fn runner(ctx: &Ctx<Db>) -> Runner<Db> {
+fn runner<DB: TestDb>(ctx: &Ctx<DB>) -> Runner<DB> {
     Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(50))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_runners_of_four_workers_handle_every_row_exactly_once() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn two_runners_of_four_workers_handle_every_row_exactly_once<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let payloads: Vec<String> = (0..1000).map(|i| format!("job {i}")).collect();
     let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    assert_eq!(jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap(), 1000);
+    assert_eq!(
+        DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+            .await
+            .unwrap(),
+        1000
+    );
 
     let handled: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
     let queue = |handled: Arc<Mutex<HashMap<i64, u32>>>| {
@@ -29,13 +57,21 @@ async fn two_runners_of_four_workers_handle_every_row_exactly_once() {
             .lease("locked_until")
             .attempt("attempt")
             .workers(4)
-            .handler(move |d: Delivery<Db>| {
+            .handler(move |d: Delivery<DB>| {
                 *handled.lock().unwrap().entry(d.id()).or_default() += 1;
                 async { Outcome::ack() }
             })
     };
-    let first = runner(&ctx).mount(queue(Arc::clone(&handled))).start().await.unwrap();
-    let second = runner(&ctx).mount(queue(Arc::clone(&handled))).start().await.unwrap();
+    let first = runner(&ctx)
+        .mount(queue(Arc::clone(&handled)))
+        .start()
+        .await
+        .unwrap();
+    let second = runner(&ctx)
+        .mount(queue(Arc::clone(&handled)))
+        .start()
+        .await
+        .unwrap();
 
     ctx.wait_none(&t, "1 = 1", 120).await;
     let (a, b) = (first.stats(), second.stats());
@@ -48,21 +84,24 @@ async fn two_runners_of_four_workers_handle_every_row_exactly_once() {
         assert!(twice.is_empty(), "rows handled more than once: {twice:?}");
     }
     assert_eq!(a.claimed + b.claimed, 1000, "claimed once each");
-    assert!(a.claimed > 0 && b.claimed > 0, "both runners worked: {a:?} {b:?}");
+    assert!(
+        a.claimed > 0 && b.claimed > 0,
+        "both runners worked: {a:?} {b:?}"
+    );
     ctx.drop_tables().await;
 }
 
 /// A queue of 4 workers whose handlers wait for `gate`, then retry.
-fn gated(
+fn gated<DB: TestDb>(
     table: &str,
     gate: Arc<Semaphore>,
     started: mpsc::UnboundedSender<i64>,
-) -> impl sqlx_queue::Mount<Db> {
+) -> impl sqlx_queue::Mount<DB> {
     Queue::table(jobs(table))
         .lease("locked_until")
         .attempt("attempt")
         .workers(4)
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let (gate, started) = (Arc::clone(&gate), started.clone());
             async move {
                 let _ = started.send(d.id());
@@ -72,12 +111,15 @@ fn gated(
         })
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_finishes_deliveries_in_work_and_leaves_no_lease() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn shutdown_finishes_deliveries_in_work_and_leaves_no_lease<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let batch: Vec<Job<'_>> = (0..10).map(|_| Job::new("x")).collect();
-    jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+        .await
+        .unwrap();
     let gate = Arc::new(Semaphore::new(0));
     let (tx, mut started) = mpsc::unbounded_channel();
     let running = runner(&ctx)
@@ -91,8 +133,8 @@ async fn shutdown_finishes_deliveries_in_work_and_leaves_no_lease() {
     assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 4);
 
     // The first poll of `shutdown` counts the deliveries in work and stops claiming.
-                let mut shutdown = Box::pin(running.shutdown());
-                assert!(futures::poll!(&mut shutdown).is_pending());
+    let mut shutdown = Box::pin(running.shutdown());
+    assert!(futures::poll!(&mut shutdown).is_pending());
     // Shutdown waits for the handlers: let them finish now.
     gate.add_permits(4);
     let report = tokio::time::timeout(Duration::from_secs(10), shutdown)
@@ -101,18 +143,32 @@ async fn shutdown_finishes_deliveries_in_work_and_leaves_no_lease() {
         .unwrap();
     assert_eq!(report.in_work, 4);
     assert_eq!(report.cancelled, 0);
-    assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 0, "no lease left");
-    assert_eq!(ctx.count(&t, "attempt = 2").await, 4, "the four were settled (retried)");
-    assert!(started.try_recv().is_err(), "nothing claimed after shutdown began");
+    assert_eq!(
+        ctx.count(&t, "locked_until IS NOT NULL").await,
+        0,
+        "no lease left"
+    );
+    assert_eq!(
+        ctx.count(&t, "attempt = 2").await,
+        4,
+        "the four were settled (retried)"
+    );
+    assert!(
+        started.try_recv().is_err(),
+        "nothing claimed after shutdown began"
+    );
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_cancels_handlers_at_its_timeout_and_releases_their_rows() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn shutdown_cancels_handlers_at_its_timeout_and_releases_their_rows<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let batch: Vec<Job<'_>> = (0..6).map(|_| Job::new("x")).collect();
-    jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+        .await
+        .unwrap();
     let (tx, mut started) = mpsc::unbounded_channel();
     // The gate never opens.
     let running = runner(&ctx)
@@ -128,21 +184,31 @@ async fn shutdown_cancels_handlers_at_its_timeout_and_releases_their_rows() {
         .await
         .expect("shutdown returns after its timeout")
         .unwrap();
-    assert_eq!((report.in_work, report.cancelled, report.released), (4, 4, 4));
-    assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 0, "no lease left");
+    assert_eq!(
+        (report.in_work, report.cancelled, report.released),
+        (4, 4, 4)
+    );
+    assert_eq!(
+        ctx.count(&t, "locked_until IS NOT NULL").await,
+        0,
+        "no lease left"
+    );
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panicking_handler_is_retried_and_the_runner_goes_on() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn a_panicking_handler_is_retried_and_the_runner_goes_on<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("x")).await.unwrap();
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("x"))
+        .await
+        .unwrap();
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .attempt("attempt")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send((d.id(), d.attempt()));
             async move {
                 assert!(d.attempt() > 1, "the first attempt panics");
@@ -158,14 +224,15 @@ async fn a_panicking_handler_is_retried_and_the_runner_goes_on() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_enqueue_in_this_process_wakes_an_idle_queue() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn an_enqueue_in_this_process_wakes_an_idle_queue<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send(d.id());
             async { Outcome::ack() }
         });
@@ -178,13 +245,17 @@ async fn an_enqueue_in_this_process_wakes_an_idle_queue() {
         .unwrap();
     // After each delivery the queue finds nothing more and sleeps: each row needs a wake-up.
     for _ in 0..3 {
-        let id = jobs(&t).enqueue(&ctx.pool, Job::new("now")).await.unwrap();
+        let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("now"))
+            .await
+            .unwrap();
         assert_eq!(recv(&mut seen, "the woken delivery", 5).await, id);
     }
     // An enqueue inside a transaction wakes the queue before it commits: the queue looks
     // again shortly after.
     let mut tx = ctx.pool.begin().await.unwrap();
-    let id = jobs(&t).enqueue(&mut *tx, Job::new("in tx")).await.unwrap();
+    let id = DB::enqueue_on(&mut *tx, &jobs(&t), Job::new("in tx"))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
     tx.commit().await.unwrap();
     assert_eq!(recv(&mut seen, "the delivery after commit", 5).await, id);
@@ -192,15 +263,16 @@ async fn an_enqueue_in_this_process_wakes_an_idle_queue() {
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_that_fail_are_retried_until_the_table_is_back() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn claims_that_fail_are_retried_until_the_table_is_back<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .attempt("attempt")
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let _ = tx.send(d.id());
             async { Outcome::ack() }
         });
@@ -208,16 +280,22 @@ async fn claims_that_fail_are_retried_until_the_table_is_back() {
     ctx.exec(&format!("DROP TABLE {t}")).await;
     // Let a few claims fail.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    ctx.exec(&<Db as crate::support::TestDb>::ddl(&t, Spec::lease())).await;
-    let id = jobs(&t).enqueue(&ctx.pool, Job::new("back")).await.unwrap();
-    assert_eq!(recv(&mut seen, "a delivery from the new table", 20).await, id);
+    ctx.exec(&DB::ddl(&t, Spec::lease())).await;
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("back"))
+        .await
+        .unwrap();
+    assert_eq!(
+        recv(&mut seen, "a delivery from the new table", 20).await,
+        id
+    );
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn queues_of_one_table_serve_their_own_group() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn queues_of_one_table_serve_their_own_group<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx
         .table(Spec {
             group: true,
@@ -226,7 +304,9 @@ async fn queues_of_one_table_serve_their_own_group() {
         .await;
     let table = jobs(&t).group("queue");
     for group in ["mail", "sms", "mail", "mail", "sms"] {
-        table.enqueue(&ctx.pool, Job::new(group).group(group)).await.unwrap();
+        DB::enqueue(&ctx.pool, &table, Job::new(group).group(group))
+            .await
+            .unwrap();
     }
     let (tx, mut seen) = mpsc::unbounded_channel();
     let queue = |group: &'static str| {
@@ -234,68 +314,92 @@ async fn queues_of_one_table_serve_their_own_group() {
         Queue::table(table.clone())
             .named(group)
             .lease("locked_until")
-            .handler(move |d: Delivery<Db>| {
+            .handler(move |d: Delivery<DB>| {
                 let _ = tx.send((group, d.group().map(str::to_owned), d.into_payload()));
                 async { Outcome::ack() }
             })
     };
-    let running = runner(&ctx).mount(queue("mail")).mount(queue("sms")).start().await.unwrap();
+    let running = runner(&ctx)
+        .mount(queue("mail"))
+        .mount(queue("sms"))
+        .start()
+        .await
+        .unwrap();
     for _ in 0..5 {
         let (queue, group, payload) = recv(&mut seen, "a delivery", 10).await;
         assert_eq!(group.as_deref(), Some(queue));
-        assert_eq!(payload, queue.as_bytes(), "the {queue} queue got a row of its group");
+        assert_eq!(
+            payload,
+            queue.as_bytes(),
+            "the {queue} queue got a row of its group"
+        );
     }
     ctx.wait_none(&t, "1 = 1", 10).await;
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn batched_acknowledgements_report_a_lost_lease_row_by_row() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+pub(crate) async fn batched_acknowledgements_report_a_lost_lease_row_by_row<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let payloads: Vec<String> = (0..40).map(|i| i.to_string()).collect();
     let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+        .await
+        .unwrap();
     let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
     let pool = ctx.pool.clone();
     let steal = format!("UPDATE {t} SET locked_until = ? WHERE id = ");
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .workers(8)
-        .handler(move |d: Delivery<Db>| {
+        .handler(move |d: Delivery<DB>| {
             let (pool, steal) = (pool.clone(), steal.clone());
             async move {
                 if d.payload() == b"7" {
                     // Another claim takes this one row while its handler works.
                     let sql = format!("{steal}{}", d.id());
-                    <Db as crate::support::TestDb>::exec_time(&pool, &sql, later_claim)
-                        .await
-                        .unwrap();
+                    DB::exec_time(&pool, &sql, later_claim).await.unwrap();
                 }
                 Outcome::ack()
             }
         });
     let running = runner(&ctx).mount(queue).start().await.unwrap();
     ctx.wait_count(&t, "1 = 1", 1, 20).await;
-    wait_for("39 acks and one lost lease", Duration::from_secs(10), || async {
-        let stats = running.stats();
-        stats.acked == 39 && stats.lease_lost == 1
-    })
+    wait_for(
+        "39 acks and one lost lease",
+        Duration::from_secs(10),
+        || async {
+            let stats = running.stats();
+            stats.acked == 39 && stats.lease_lost == 1
+        },
+    )
     .await;
     running.shutdown().await.unwrap();
-    assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 1, "the stolen row");
+    assert_eq!(
+        ctx.count(&t, "locked_until IS NOT NULL").await,
+        1,
+        "the stolen row"
+    );
     ctx.drop_tables().await;
 }
 
 /// Two busy lease queues on a pool of two: the connections they keep between statements never
 /// leave the application without one.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn busy_queues_leave_the_pool_a_connection_for_the_application() {
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
-    let (a, b) = (ctx.table(Spec::lease()).await, ctx.table(Spec::lease()).await);
+pub(crate) async fn busy_queues_leave_the_pool_a_connection_for_the_application<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let (a, b) = (
+        ctx.table(Spec::lease()).await,
+        ctx.table(Spec::lease()).await,
+    );
     for t in [&a, &b] {
-        jobs(t).enqueue(&ctx.pool, Job::new("held")).await.unwrap();
+        DB::enqueue(&ctx.pool, &jobs(t), Job::new("held"))
+            .await
+            .unwrap();
     }
     let pool = ctx.pool(2).await;
     let gate = Arc::new(Semaphore::new(0));
@@ -324,18 +428,23 @@ async fn busy_queues_leave_the_pool_a_connection_for_the_application() {
 /// A transactional delivery's connection, once a handler used it, goes back through the pool
 /// and its `after_release` hook (where an application resets session state), never kept by the
 /// queue for the next delivery.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_connection_a_handler_used_goes_back_through_the_pools_after_release() {
+pub(crate) async fn a_connection_a_handler_used_goes_back_through_the_pools_after_release<
+    DB: TestDb,
+>() {
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let Some(mut ctx) = Ctx::<Db>::new().await else { return };
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
     let t = ctx.table(Spec::lease()).await;
     let rows = 20;
     let payloads: Vec<String> = (0..rows).map(|i| format!("job {i}")).collect();
     let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    jobs(&t).enqueue_many(&ctx.pool, &batch).await.unwrap();
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+        .await
+        .unwrap();
     let released = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&released);
-    let options = sqlx::pool::PoolOptions::<Db>::new()
+    let options = sqlx::pool::PoolOptions::<DB>::new()
         .max_connections(4)
         .after_release(move |_, _| {
             counter.fetch_add(1, Ordering::Relaxed);
@@ -345,10 +454,12 @@ async fn a_connection_a_handler_used_goes_back_through_the_pools_after_release()
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .transactional()
-        .handler(|mut d: Delivery<Db, sqlx_queue::Transactional>| async move {
-            sqlx::query("SELECT 1").execute(&mut *d.tx()).await.unwrap();
-            Outcome::ack()
-        });
+        .handler(
+            |mut d: Delivery<DB, sqlx_queue::Transactional>| async move {
+                DB::query_on(&mut *d.tx(), "SELECT 1").await.unwrap();
+                Outcome::ack()
+            },
+        );
     let running = Runner::new(pool.clone())
         .poll_interval(Duration::from_millis(50))
         .mount(queue)
