@@ -173,7 +173,7 @@ where
             (id, outcome)
         })
         .collect();
-    let one_by_one = q.quarantine.take_suspects(&ids);
+    let one_by_one = q.quarantine.one_by_one(&ids);
     match q
         .form
         .settle_batch(&q.conns, &settlements, batch, one_by_one)

@@ -95,8 +95,18 @@ impl Quarantine {
         suspects.extend(ids);
     }
 
-    /// Whether any of `ids` is a suspect (then settled row by row); forgets them.
-    pub(crate) fn take_suspects(&self, ids: &[i64]) -> bool {
+    /// Whether a batch of `ids` settles row by row: one of them is a suspect (forgotten now) or
+    /// was held back before (not settled since).
+    pub(crate) fn one_by_one(&self, ids: &[i64]) -> bool {
+        let held = {
+            let rows = self.rows();
+            !rows.is_empty() && ids.iter().any(|id| rows.contains_key(id))
+        };
+        self.take_suspects(ids) || held
+    }
+
+    /// Whether any of `ids` is a suspect; forgets them.
+    fn take_suspects(&self, ids: &[i64]) -> bool {
         let mut suspects = self.suspects.lock().unwrap_or_else(|e| e.into_inner());
         if suspects.is_empty() {
             return false;

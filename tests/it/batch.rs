@@ -16,6 +16,8 @@ macro_rules! tests {
             rows_arrive_together_and_each_settles_by_its_outcome,
             a_batch_never_waits_to_be_full,
             a_failed_settlement_in_a_batch,
+            a_row_that_cannot_be_counted_does_not_hold_back_its_batch,
+            a_batch_of_acks_is_one_statement_on_postgres,
         );
     };
 }
@@ -182,5 +184,131 @@ pub(crate) async fn a_failed_settlement_in_a_batch<DB: TestDb, F: Form<DB>>() {
     );
     gate.add_permits(1000);
     running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+/// A batch with a row whose attempt cannot be counted once more (a CHECK constraint; a trigger on
+/// SQLite): where a batch settles or re-reads its rows with one statement, that statement fails
+/// for every row of it. The others must settle all the same, and the row be held back, not
+/// taken again in a hot loop.
+pub(crate) async fn a_row_that_cannot_be_counted_does_not_hold_back_its_batch<
+    DB: TestDb,
+    F: Form<DB>,
+>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let cap = match DB::LABEL {
+        "sqlite" => format!(
+            "CREATE TRIGGER {t}_cap BEFORE UPDATE OF attempt ON {t} \
+             WHEN NEW.attempt > 3 BEGIN SELECT RAISE(ABORT, 'attempt cap'); END"
+        ),
+        _ => format!("ALTER TABLE {t} ADD CONSTRAINT {t}_cap CHECK (attempt <= 3)"),
+    };
+    ctx.exec(&cap).await;
+    let batch: Vec<Job<'_>> = (0..3).map(|_| Job::new("ack")).collect();
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+        .await
+        .unwrap();
+    // In the middle of the claim order; the row lock form counts it when it settles its retry.
+    ctx.exec(&format!(
+        "INSERT INTO {t} (payload, attempt) VALUES ('stuck', 3)"
+    ))
+    .await;
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+        .await
+        .unwrap();
+    let stuck_seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let queue = F::apply(Queue::table(jobs(&t)))
+        .attempt("attempt")
+        .batch(8)
+        .batch_handler({
+            let stuck_seen = std::sync::Arc::clone(&stuck_seen);
+            move |batch: Vec<Delivery<DB>>| {
+                let outcomes: Vec<Outcome> = batch
+                    .iter()
+                    .map(|d| match d.payload() {
+                        b"stuck" => {
+                            stuck_seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            Outcome::retry()
+                        }
+                        _ => Outcome::ack(),
+                    })
+                    .collect();
+                async move { outcomes }
+            }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    ctx.wait_none(&t, "payload <> 'stuck'", 10).await;
+    // Held back for 1 s, then 2 s: within the next 1.5 s the row comes at most once more.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let seen = stuck_seen.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        seen <= 3,
+        "the stuck row reached the handler {seen} times in about 2 s"
+    );
+    assert_eq!(ctx.count(&t, "payload = 'stuck' AND attempt = 3").await, 1);
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+/// On PostgreSQL every form settles a batch's acks with one statement, not one per row: a
+/// statement-level trigger counts the `DELETE`s.
+pub(crate) async fn a_batch_of_acks_is_one_statement_on_postgres<DB: TestDb, F: Form<DB>>() {
+    if DB::LABEL != "postgres" {
+        return; // MySQL/MariaDB and SQLite have no statement-level triggers
+    }
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    ctx.exec(&format!(
+        "CREATE TABLE {t}_deletes (n INT); \
+         CREATE FUNCTION {t}_count() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN INSERT INTO {t}_deletes VALUES (1); RETURN NULL; END $$; \
+         CREATE TRIGGER {t}_count AFTER DELETE ON {t} FOR EACH STATEMENT \
+         EXECUTE FUNCTION {t}_count()"
+    ))
+    .await;
+    let batch: Vec<Job<'_>> = (0..16).map(|_| Job::new("ack")).collect();
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &batch)
+        .await
+        .unwrap();
+    let batches = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let queue = F::apply(Queue::table(jobs(&t)))
+        .attempt("attempt")
+        .batch(16)
+        .workers(1)
+        .batch_handler({
+            let batches = std::sync::Arc::clone(&batches);
+            move |batch: Vec<Delivery<DB>>| {
+                batches.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let outcomes = vec![Outcome::ack(); batch.len()];
+                async move { outcomes }
+            }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    running.shutdown().await.unwrap();
+    let batches = batches.load(std::sync::atomic::Ordering::SeqCst);
+    let deletes = ctx.count(&format!("{t}_deletes"), "1 = 1").await;
+    assert_eq!(
+        deletes, batches,
+        "{deletes} DELETE statements for 16 rows in {batches} batches"
+    );
+    ctx.exec(&format!(
+        "DROP TABLE {t}_deletes; DROP TRIGGER {t}_count ON {t}; DROP FUNCTION {t}_count()"
+    ))
+    .await;
     ctx.drop_tables().await;
 }

@@ -5,7 +5,7 @@
 use tokio::time::Instant;
 
 use super::{LeaseForm, Token};
-use crate::backend::{Backend, ClaimedRow};
+use crate::backend::{Backend, ClaimedRow, is_row_error};
 use crate::dialect::{self, Args, Claim};
 use crate::form::{Conns, execute, fetch_claimed, in_transaction};
 
@@ -59,5 +59,36 @@ impl LeaseForm {
         conns.put(conn);
         rows.sort_unstable_by_key(|row| row.id);
         Ok((rows, hold))
+    }
+
+    /// Claims up to `want` rows, each with the token it carries. A claim of many rows that one
+    /// row's own failure fails (a constraint refusing its attempt count) names no row, and the
+    /// first row in claim order, which the runner would hold back, may be innocent: the rows are
+    /// then claimed one at a time, so those ahead of the failing row are delivered, and the next
+    /// claim, failing on its first row, names the right one.
+    pub(super) async fn claim_each<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        want: usize,
+        excluded: &[i64],
+    ) -> Result<Vec<(ClaimedRow, Token)>, sqlx::Error> {
+        match self.claim_rows::<DB>(conns, want, excluded).await {
+            Ok((rows, token)) => Ok(rows.into_iter().map(|row| (row, token)).collect()),
+            Err(error) if want > 1 && is_row_error(&error) => {
+                let mut claimed = Vec::new();
+                while claimed.len() < want {
+                    match self.claim_rows::<DB>(conns, 1, excluded).await {
+                        Ok((rows, token)) if !rows.is_empty() => {
+                            claimed.extend(rows.into_iter().map(|row| (row, token)));
+                        }
+                        Ok(_) => break,
+                        Err(error) if claimed.is_empty() => return Err(error),
+                        Err(_) => break,
+                    }
+                }
+                Ok(claimed)
+            }
+            Err(error) => Err(error),
+        }
     }
 }

@@ -93,8 +93,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         _: (usize, usize),
         excluded: &[i64],
     ) -> Result<Vec<(ClaimedRow, Token)>, ClaimFailed> {
-        let (rows, token) = self.claim_rows::<DB>(conns, want, excluded).await?;
-        Ok(rows.into_iter().map(|row| (row, token)).collect())
+        Ok(self.claim_each::<DB>(conns, want, excluded).await?)
     }
 
     async fn claim_batch(
@@ -103,9 +102,11 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         size: usize,
         excluded: &[i64],
     ) -> Result<(Vec<ClaimedRow>, Vec<Token>), ClaimFailed> {
-        let (rows, token) = self.claim_rows::<DB>(conns, size, excluded).await?;
-        let tokens = vec![token; rows.len()];
-        Ok((rows, tokens))
+        Ok(self
+            .claim_each::<DB>(conns, size, excluded)
+            .await?
+            .into_iter()
+            .unzip())
     }
 
     async fn next(&self, conns: &Conns<DB>, excluded: &[i64]) -> Result<Option<i64>, sqlx::Error> {
