@@ -4,6 +4,7 @@
 
 use super::{Conns, GRACE, Returned};
 use crate::backend::{Backend, HeldConn};
+use crate::dialect::Stmt;
 
 /// What holds a row of the forms that hold a connection per delivery: that connection (the
 /// claim's transaction, the row's key) — away while a transactional handler has it — and its
@@ -15,6 +16,20 @@ pub(crate) struct Held<DB: Backend> {
 }
 
 impl<DB: Backend> Held<DB> {
+    /// Reads row `id` whole (row mode) where the delivery holds it: in the handler's
+    /// transaction `tx` when one is lent, else on the held connection.
+    pub(super) async fn read_row(
+        &mut self,
+        tx: Option<&mut HeldConn<DB>>,
+        row: &Stmt,
+        id: i64,
+    ) -> Result<Option<DB::Row>, sqlx::Error> {
+        match tx.or(self.conn.as_mut()) {
+            Some(conn) => super::fetch_row::<DB>(conn, row, id).await,
+            None => Ok(None),
+        }
+    }
+
     pub(super) fn new(conn: HeldConn<DB>, session: Option<i64>) -> Self {
         Held {
             conn: Some(conn),

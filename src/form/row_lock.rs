@@ -5,7 +5,7 @@
 
 use super::{
     Checked, ClaimFailed, Conns, Form, Held, Returned, execute, fetch_claimed, fetch_i64,
-    fetch_row, no_dead_letter, no_retry_after, on_conn, settlement_args,
+    no_dead_letter, no_retry_after, on_conn, settlement_args,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
@@ -123,10 +123,7 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         tx: Option<&mut HeldConn<DB>>,
         id: i64,
     ) -> Result<Option<DB::Row>, sqlx::Error> {
-        match tx.or(hold.conn.as_mut()) {
-            Some(conn) => fetch_row::<DB>(conn, &self.checked.row, id).await,
-            None => Ok(None),
-        }
+        hold.read_row(tx, &self.checked.row, id).await
     }
 
     async fn settle(

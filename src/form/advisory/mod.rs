@@ -18,8 +18,8 @@ use keys::Keys;
 pub(crate) use keys::fnv1a_32;
 
 use super::{
-    Checked, ClaimFailed, Conns, Form, Held, Returned, execute, fetch_row, no_dead_letter,
-    no_retry_after, settlement_args,
+    Checked, ClaimFailed, Conns, Form, Held, Returned, execute, no_dead_letter, no_retry_after,
+    settlement_args,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
@@ -156,10 +156,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         tx: Option<&mut HeldConn<DB>>,
         id: i64,
     ) -> Result<Option<DB::Row>, sqlx::Error> {
-        match tx.or(hold.conn.as_mut()) {
-            Some(conn) => fetch_row::<DB>(conn, &self.checked.row, id).await,
-            None => Ok(None),
-        }
+        hold.read_row(tx, &self.checked.row, id).await
     }
 
     async fn settle(
