@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::time::Instant;
 
-use crate::support::{Ctx, Form, Spec, TestDb, recv};
+use crate::support::{Ctx, Form, Spec, TestDb, recv, wait_for};
 
 /// This file's tests on one database and claim form, as `#[tokio::test]`s (`main.rs`
 /// writes them in each database's module, one module per form).
@@ -112,6 +112,16 @@ pub(crate) async fn a_row_that_does_not_decode_is_settled_by_the_decode_policy<
         .unwrap();
     // No dead letter: the undecodable row is dropped, as an undecodable JSON payload.
     ctx.wait_none(&t, "1 = 1", 30).await;
+    // The counts follow the settlements' commits: wait for them rather than read them at once.
+    wait_for(
+        "every settlement counted",
+        Duration::from_secs(5),
+        || async {
+            let stats = running.stats();
+            stats.acked + stats.dropped >= 20
+        },
+    )
+    .await;
     let stats = running.stats();
     running.shutdown().await.unwrap();
     let mut handled = 0;

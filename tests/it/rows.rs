@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
-use crate::support::{Ctx, Spec, TestDb, TestRow, recv};
+use crate::support::{Ctx, Spec, TestDb, TestRow, recv, wait_for};
 
 /// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
 /// database's module).
@@ -149,6 +149,11 @@ pub(crate) async fn a_row_that_does_not_decode_is_dropped_unhandled<DB: TestDb>(
         .unwrap();
     // Without a dead letter, an undecodable row is dropped (logged as an error).
     ctx.wait_none(&t, "1 = 1", 10).await;
+    // The count follows the settlement's commit: wait for it rather than read it at once.
+    wait_for("every drop counted", Duration::from_secs(5), || async {
+        running.stats().dropped >= want.len() as u64
+    })
+    .await;
     let stats = running.stats();
     running.shutdown().await.unwrap();
     assert!(seen.try_recv().is_err(), "the handler never ran");
