@@ -2,7 +2,7 @@
 
 use super::MAX_FINISH;
 use super::common::{as_i64, claimable, finish, ids, order};
-use super::{Dialect, Names, Slot, SqlWriter, Stmt, mysql, postgres};
+use super::{BySize, Dialect, Names, Slot, SqlWriter, Stmt, mysql, postgres};
 
 /// The row lock form's statements. Each runs in the claim's transaction; its commit is the
 /// settlement.
@@ -28,9 +28,9 @@ pub(crate) struct RowLockSql {
     /// batches of 16 settled by `DELETE .. WHERE id IN (..)` from 8 workers deadlocked on
     /// records outside their lists (a hand-written loop did too), where a statement per row
     /// does not.
-    pub(crate) finish_many: Option<Box<[Stmt]>>,
+    pub(crate) finish_many: Option<BySize>,
     /// A batch's retries in one statement, as `finish_many`; absent without an attempt column.
-    pub(crate) retry_many: Option<Box<[Stmt]>>,
+    pub(crate) retry_many: Option<BySize>,
 }
 
 /// The advisory lock form's statements. Each commits on its own, on the session holding the
@@ -51,7 +51,7 @@ pub(crate) struct AdvisorySql {
     /// Releases the key of row `id`: 1 when it was held (absent on SQLite).
     pub(crate) unlock: Option<Stmt>,
     /// Releases the keys of `2^k` ids, returning those whose key was held (absent on SQLite).
-    pub(crate) unlock_many: Option<Box<[Stmt]>>,
+    pub(crate) unlock_many: Option<BySize>,
     /// Once the key is held: the row if it is still claimable, `(id, payload[, attempt])`,
     /// counting the attempt where the database has `RETURNING`. Row by row, to name a row
     /// whose take fails.
@@ -60,13 +60,13 @@ pub(crate) struct AdvisorySql {
     pub(crate) count: Option<Stmt>,
     /// `take` of `2^k` rows whose keys are held: the rows still claimable (another session may
     /// have settled one since the claim's snapshot).
-    pub(crate) take_many: Box<[Stmt]>,
+    pub(crate) take_many: BySize,
     /// `count` of `2^k` rows (MySQL/MariaDB with an attempt column).
-    pub(crate) count_many: Option<Box<[Stmt]>>,
+    pub(crate) count_many: Option<BySize>,
     /// ack and drop.
     pub(crate) finish: Stmt,
     /// ack and drop of `2^k` rows.
-    pub(crate) finish_many: Box<[Stmt]>,
+    pub(crate) finish_many: BySize,
     /// retry_after: `retry_after = at`; absent without the column.
     pub(crate) retry_after: Option<Stmt>,
 }
@@ -117,17 +117,15 @@ fn retry_after_by_id(n: &Names, count: bool) -> Option<Stmt> {
 
 /// The statement `body` renders, once per list size `2^k` up to [`MAX_FINISH`]; `body` places
 /// ` WHERE id IN (..)` where it calls its second argument.
-fn by_ids(n: &Names, body: impl Fn(&mut SqlWriter, &dyn Fn(&mut SqlWriter))) -> Box<[Stmt]> {
-    (0..=MAX_FINISH.trailing_zeros())
-        .map(|k| {
-            let mut w = n.writer();
-            body(&mut w, &|w: &mut SqlWriter| {
-                w.push(" WHERE ");
-                ids(w, n, 1 << k);
-            });
-            w.finish()
-        })
-        .collect()
+fn by_ids(n: &Names, body: impl Fn(&mut SqlWriter, &dyn Fn(&mut SqlWriter))) -> BySize {
+    BySize::new(MAX_FINISH, |count| {
+        let mut w = n.writer();
+        body(&mut w, &|w: &mut SqlWriter| {
+            w.push(" WHERE ");
+            ids(w, n, count);
+        });
+        w.finish()
+    })
 }
 
 pub(crate) fn row_lock(n: &Names) -> RowLockSql {
@@ -222,9 +220,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         Dialect::MySql => Some(mysql::unlock_many(count)),
         Dialect::Sqlite => None,
     };
-    let unlock_many: Option<Box<[Stmt]>> = (0..=MAX_FINISH.trailing_zeros())
-        .map(|k| unlock_many(1 << k))
-        .collect();
+    let unlock_many = BySize::maybe(MAX_FINISH, unlock_many);
 
     // The rows again, now that their keys are held: one may have been settled meanwhile.
     let take = |w: &mut SqlWriter, by: &dyn Fn(&mut SqlWriter)| match (n.dialect, &n.attempt) {
@@ -336,17 +332,17 @@ mod tests {
             r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 9223372036854775807 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" = $1 AND 1 = 1 RETURNING CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) - 1"#
         );
         assert_eq!(
-            sql.take_many[1].text(),
+            sql.take_many.for_len(2).text(),
             r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 9223372036854775807 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" IN ($1, $2) AND 1 = 1 RETURNING CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) - 1"#
         );
         assert_eq!(
-            sql.unlock_many.as_ref().unwrap()[1].text(),
+            sql.unlock_many.as_ref().unwrap().for_len(2).text(),
             "SELECT d.k FROM (SELECT DISTINCT v.k FROM (VALUES (CAST($1 AS BIGINT)), (CAST($2 AS \
              BIGINT))) AS v (k)) AS d WHERE pg_advisory_unlock(((CAST($3 AS BIGINT) << 32) | \
              (CAST(d.k AS BIGINT) & 4294967295)))"
         );
         assert_eq!(
-            sql.finish_many[2].text(),
+            sql.finish_many.for_len(4).text(),
             r#"DELETE FROM "jobs" WHERE "id" IN ($1, $2, $3, $4)"#
         );
         assert!(sql.count.is_none() && sql.count_many.is_none());
@@ -370,11 +366,11 @@ mod tests {
              ELSE `attempt` END WHERE `id` = ?"
         );
         assert_eq!(
-            sql.count_many.unwrap()[1].text(),
+            sql.count_many.unwrap().for_len(2).text(),
             "UPDATE `jobs` SET `attempt` = CASE WHEN `attempt` < 255 THEN `attempt` + 1 \
              ELSE `attempt` END WHERE `id` IN (?, ?)"
         );
-        assert!(sql.unlock_many.unwrap()[1].text().starts_with(
+        assert!(sql.unlock_many.unwrap().for_len(2).text().starts_with(
             "SELECT CAST(d.k AS SIGNED) FROM (SELECT CAST(? AS SIGNED) AS k UNION SELECT \
                  CAST(? AS SIGNED) AS k) AS d WHERE RELEASE_LOCK("
         ));

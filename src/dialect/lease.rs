@@ -3,7 +3,7 @@
 //! acknowledgements in one statement, every one guarded by the row's token.
 
 use super::common::{as_i64, finish, ids};
-use super::{Claim, Dialect, Names, Slot, SqlWriter, Stmt};
+use super::{BySize, Claim, Dialect, Names, Slot, SqlWriter, Stmt};
 
 /// The lease form's statements.
 #[derive(Debug, Clone)]
@@ -29,7 +29,7 @@ pub(crate) struct LeaseSql {
     /// settlement runs in the same transaction.
     pub(crate) confirm: Stmt,
     /// Acknowledgements of many rows in one statement, each guarded by its own token;
-    /// `finish_many[k]` takes `2^k` `(id, token)` pairs.
+    /// one statement per number of `(id, token)` pairs.
     pub(crate) finish_many: FinishMany,
 }
 
@@ -41,14 +41,11 @@ pub(crate) const MAX_FINISH: usize = 64;
 pub(crate) enum FinishMany {
     /// `DELETE`/`UPDATE .. WHERE (id, lease) IN (..) RETURNING id`: the ids settled
     /// (PostgreSQL, SQLite).
-    Returning(Box<[Stmt]>),
+    Returning(BySize),
     /// In one transaction, `SELECT id .. WHERE (id, lease) IN (..) FOR UPDATE` — the rows still
     /// held — then the `DELETE`/`UPDATE` of those ids (MySQL/MariaDB, which have no
     /// `UPDATE .. RETURNING`).
-    LockThenFinish {
-        held: Box<[Stmt]>,
-        finish: Box<[Stmt]>,
-    },
+    LockThenFinish { held: BySize, finish: BySize },
 }
 
 impl LeaseSql {
@@ -124,42 +121,35 @@ fn pairs(w: &mut SqlWriter, n: &Names, lease: &str, count: u16) {
 }
 
 fn finish_many(n: &Names, lease: &str) -> FinishMany {
-    let sizes = || (0..=MAX_FINISH.trailing_zeros()).map(|k| 1u16 << k);
     match n.dialect {
-        Dialect::Postgres | Dialect::Sqlite => FinishMany::Returning(
-            sizes()
-                .map(|count| {
-                    let mut w = n.writer();
-                    finish(&mut w, n);
-                    w.push(" WHERE ");
-                    pairs(&mut w, n, lease, count);
-                    w.push(" RETURNING ");
-                    as_i64(&mut w, &n.id);
-                    w.finish()
-                })
-                .collect(),
-        ),
+        Dialect::Postgres | Dialect::Sqlite => {
+            FinishMany::Returning(BySize::new(MAX_FINISH, |count| {
+                let mut w = n.writer();
+                finish(&mut w, n);
+                w.push(" WHERE ");
+                pairs(&mut w, n, lease, count);
+                w.push(" RETURNING ");
+                as_i64(&mut w, &n.id);
+                w.finish()
+            }))
+        }
         Dialect::MySql => FinishMany::LockThenFinish {
-            held: sizes()
-                .map(|count| {
-                    let mut w = n.writer();
-                    w.push("SELECT ");
-                    as_i64(&mut w, &n.id);
-                    w.push(" FROM ").push(&n.table).push(" WHERE ");
-                    pairs(&mut w, n, lease, count);
-                    w.push(" FOR UPDATE");
-                    w.finish()
-                })
-                .collect(),
-            finish: sizes()
-                .map(|count| {
-                    let mut w = n.writer();
-                    finish(&mut w, n);
-                    w.push(" WHERE ");
-                    ids(&mut w, n, count);
-                    w.finish()
-                })
-                .collect(),
+            held: BySize::new(MAX_FINISH, |count| {
+                let mut w = n.writer();
+                w.push("SELECT ");
+                as_i64(&mut w, &n.id);
+                w.push(" FROM ").push(&n.table).push(" WHERE ");
+                pairs(&mut w, n, lease, count);
+                w.push(" FOR UPDATE");
+                w.finish()
+            }),
+            finish: BySize::new(MAX_FINISH, |count| {
+                let mut w = n.writer();
+                finish(&mut w, n);
+                w.push(" WHERE ");
+                ids(&mut w, n, count);
+                w.finish()
+            }),
         },
     }
 }
@@ -278,9 +268,9 @@ mod tests {
         let FinishMany::Returning(statements) = render_lease(&n, 8).finish_many else {
             panic!("PostgreSQL returns the settled ids");
         };
-        assert_eq!(statements.len(), 7, "1, 2, 4, .. 64 rows");
+        assert_eq!(statements.iter().count(), 7, "1, 2, 4, .. 64 rows");
         assert_eq!(
-            statements[1].text(),
+            statements.for_len(2).text(),
             r#"DELETE FROM "jobs" WHERE ("id", "locked_until") IN (($1, $2), ($3, $4)) RETURNING CAST("id" AS BIGINT)"#
         );
         let n = names(Dialect::MySql, Table::new("jobs").processed_at("done_at"));
@@ -288,12 +278,12 @@ mod tests {
             panic!("MySQL locks the rows still held first");
         };
         assert_eq!(
-            held[0].text(),
+            held.for_len(1).text(),
             "SELECT CAST(`id` AS SIGNED) FROM `jobs` WHERE (`id`, `locked_until`) IN ((?, ?)) \
              FOR UPDATE"
         );
         assert_eq!(
-            finish[1].text(),
+            finish.for_len(2).text(),
             "UPDATE `jobs` SET `done_at` = ?, `locked_until` = NULL WHERE `id` IN (?, ?)"
         );
     }

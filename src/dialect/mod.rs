@@ -31,7 +31,7 @@ pub(crate) use enqueue::EnqueueSql;
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
 pub(crate) use lease::{FinishMany, LeaseSql, MAX_FINISH};
 pub(crate) use names::Names;
-pub(crate) use stmt::{Args, Slot, SqlWriter, Stmt};
+pub(crate) use stmt::{Args, BySize, Slot, SqlWriter, Stmt};
 pub(crate) use types::{Kind, attempt_max, holds};
 
 /// What opens a transaction that writes: SQLite's `BEGIN IMMEDIATE` takes the write lock at once,
@@ -204,8 +204,8 @@ pub(crate) enum Claim {
     /// One statement that claims and returns the rows (PostgreSQL, SQLite).
     Returning(Stmt),
     /// A locking `SELECT`, then an `UPDATE` of the selected ids in the same transaction
-    /// (MySQL/MariaDB, which have no `UPDATE .. RETURNING`). `updates[k]` takes `2^k` ids.
-    SelectThenUpdate { select: Stmt, updates: Box<[Stmt]> },
+    /// (MySQL/MariaDB, which have no `UPDATE .. RETURNING`), one per list size.
+    SelectThenUpdate { select: Stmt, updates: BySize },
 }
 
 impl Claim {
@@ -217,11 +217,5 @@ impl Claim {
                 std::iter::once(select).chain(updates.iter()).collect()
             }
         }
-    }
-
-    /// The update statement for `n` ids (the smallest that fits; short lists are padded).
-    pub(crate) fn update_for(updates: &[Stmt], n: usize) -> &Stmt {
-        let k = n.next_power_of_two().trailing_zeros() as usize;
-        &updates[k.min(updates.len() - 1)]
     }
 }

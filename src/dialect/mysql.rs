@@ -2,7 +2,7 @@
 
 use super::common::{claimable, order};
 use super::lease::lease_set;
-use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
+use super::{BySize, Claim, Kind, Names, Slot, SqlWriter, Stmt};
 use crate::table::Dialect;
 
 /// The columns of a table: name, type, `YES` when it takes NULL, and how an insert that leaves
@@ -43,11 +43,7 @@ pub(super) fn lease_claim(n: &Names, max_claim: usize) -> Claim {
         .push(" FOR UPDATE SKIP LOCKED");
     let select = w.finish();
 
-    let sizes = max_claim.max(1).next_power_of_two().trailing_zeros();
-    let updates = (0..=sizes)
-        .map(|k| update_ids(n, 1 << k))
-        .collect::<Vec<_>>()
-        .into_boxed_slice();
+    let updates = BySize::new(max_claim, |count| update_ids(n, count));
     Claim::SelectThenUpdate { select, updates }
 }
 
@@ -172,15 +168,15 @@ mod tests {
              WHERE `done_at` IS NULL AND (`locked_until` IS NULL OR `locked_until` < ?) \
              ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
         );
-        assert_eq!(updates.len(), 4, "1, 2, 4 and 8 ids");
+        assert_eq!(updates.iter().count(), 4, "1, 2, 4 and 8 ids");
         assert_eq!(
-            updates[1].text(),
+            updates.for_len(2).text(),
             "UPDATE `jobs` SET `locked_until` = ?, \
              `attempt` = CASE WHEN `attempt` < 127 THEN `attempt` + 1 ELSE `attempt` END \
              WHERE `id` IN (?, ?)"
         );
-        assert_eq!(Claim::update_for(&updates, 3).slots.len(), 5);
-        assert_eq!(Claim::update_for(&updates, 1).slots.len(), 2);
-        assert_eq!(Claim::update_for(&updates, 8).slots.len(), 9);
+        assert_eq!(updates.for_len(3).slots.len(), 5);
+        assert_eq!(updates.for_len(1).slots.len(), 2);
+        assert_eq!(updates.for_len(8).slots.len(), 9);
     }
 }

@@ -77,6 +77,50 @@ impl Slot {
     }
 }
 
+/// A statement rendered once per list length `2^k` (`k = 0, 1, ..`): a list of `n` ids takes the
+/// smallest that fits, the slots past `n` repeating its last id (and token).
+#[derive(Debug, Clone)]
+pub(crate) struct BySize(Box<[Stmt]>);
+
+impl BySize {
+    /// `render(2^k)` for every `2^k` up to `max` rounded up to a power of two.
+    pub(crate) fn new(max: usize, render: impl FnMut(u16) -> Stmt) -> Self {
+        let sizes = max.max(1).next_power_of_two().trailing_zeros();
+        BySize((0..=sizes).map(|k| 1u16 << k).map(render).collect())
+    }
+
+    /// As [`new`](Self::new), for a statement the database may not have (`None` for every size).
+    pub(crate) fn maybe(max: usize, mut render: impl FnMut(u16) -> Option<Stmt>) -> Option<Self> {
+        let sizes = max.max(1).next_power_of_two().trailing_zeros();
+        let all: Option<Box<[Stmt]>> = (0..=sizes).map(|k| render(1u16 << k)).collect();
+        all.map(BySize)
+    }
+
+    /// The statement for a list of `n` (at most the largest size rendered).
+    pub(crate) fn for_len(&self, n: usize) -> &Stmt {
+        let k = n.next_power_of_two().trailing_zeros() as usize;
+        debug_assert!(
+            k < self.0.len(),
+            "a list of {n} is longer than its statements"
+        );
+        &self.0[k.min(self.0.len() - 1)]
+    }
+
+    /// Every size's statement, to prepare at start.
+    pub(crate) fn iter(&self) -> std::slice::Iter<'_, Stmt> {
+        self.0.iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a BySize {
+    type Item = &'a Stmt;
+    type IntoIter = std::slice::Iter<'a, Stmt>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
 /// A rendered statement: its text, shared (cloning it clones an `Arc`), and its placeholders.
 #[derive(Debug, Clone)]
 pub(crate) struct Stmt {

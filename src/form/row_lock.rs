@@ -315,7 +315,7 @@ impl RowLockForm {
                 continue;
             };
             for chunk in ids.chunks(MAX_FINISH) {
-                let stmt = &statements[chunk.len().next_power_of_two().trailing_zeros() as usize];
+                let stmt = statements.for_len(chunk.len());
                 let args = Args {
                     ids: chunk,
                     now,

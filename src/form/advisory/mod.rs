@@ -268,7 +268,7 @@ impl AdvisoryForm {
                 now,
                 ..Args::default()
             };
-            let stmt = take::for_len(&self.sql.finish_many, ids.len());
+            let stmt = self.sql.finish_many.for_len(ids.len());
             match execute::<DB>(conn, stmt, &args).await {
                 Ok(_) => unlock_only.extend_from_slice(chunk),
                 // Row by row below: each row's statement fails or not on its own, and names

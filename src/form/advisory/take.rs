@@ -8,15 +8,9 @@ use chrono::{DateTime, Utc};
 use super::AdvisoryForm;
 use super::keys::Keys;
 use crate::backend::{Backend, ClaimedRow, HeldConn, Key, in_process, is_row_error};
-use crate::dialect::{Args, MAX_FINISH, Stmt};
+use crate::dialect::{Args, MAX_FINISH};
 use crate::error::{Error, Result};
 use crate::form::{ClaimFailed, execute, fetch_claimed, fetch_i64, fetch_i64s};
-
-/// The statement of `statements` (one per list size `2^k`) for `n` ids.
-pub(super) fn for_len(statements: &[Stmt], n: usize) -> &Stmt {
-    let k = n.next_power_of_two().trailing_zeros() as usize;
-    &statements[k.min(statements.len() - 1)]
-}
 
 impl AdvisoryForm {
     /// Takes up to `want` rows on `conn`, which then holds their keys: their keys first, without
@@ -145,12 +139,12 @@ impl AdvisoryForm {
             ..Args::default()
         };
         let with_attempt = self.checked.with_attempt;
-        let take = for_len(&self.sql.take_many, ids.len());
+        let take = self.sql.take_many.for_len(ids.len());
         let rows = fetch_claimed::<DB>(&mut *conn, take, &args, with_attempt).await?;
         if let (false, Some(count)) = (rows.is_empty(), &self.sql.count_many) {
             let read: Vec<i64> = rows.iter().map(|row| row.id).collect();
             let args = Args { ids: &read, ..args };
-            execute::<DB>(&mut *conn, for_len(count, read.len()), &args).await?;
+            execute::<DB>(&mut *conn, count.for_len(read.len()), &args).await?;
         }
         Ok(rows)
     }
@@ -214,7 +208,7 @@ impl AdvisoryForm {
                     ids: chunk,
                     ..self.keys.args(0)
                 };
-                let released = fetch_i64s::<DB>(conn, for_len(unlock, chunk.len()), &args).await?;
+                let released = fetch_i64s::<DB>(conn, unlock.for_len(chunk.len()), &args).await?;
                 for &id in chunk {
                     if released.contains(&id) {
                         conn.release_key(Key::Session(id));

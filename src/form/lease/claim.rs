@@ -48,7 +48,7 @@ impl LeaseForm {
                     if !rows.is_empty() {
                         let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
                         let args = Args { ids: &ids, ..args };
-                        execute::<DB>(tx, Claim::update_for(updates, ids.len()), &args).await?;
+                        execute::<DB>(tx, updates.for_len(ids.len()), &args).await?;
                     }
                     Ok(rows)
                 })

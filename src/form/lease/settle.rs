@@ -59,7 +59,6 @@ impl LeaseForm {
         }
         let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
         let tokens: Vec<DateTime<Utc>> = items.iter().map(|(_, token)| *token).collect();
-        let size = |n: usize| n.next_power_of_two().trailing_zeros() as usize;
         let args = Args {
             ids: &ids,
             tokens: &tokens,
@@ -68,14 +67,14 @@ impl LeaseForm {
         };
         let settled = on_conn(conns, async |conn| match &self.sql.finish_many {
             FinishMany::Returning(statements) => {
-                fetch_i64s::<DB>(conn, &statements[size(ids.len())], &args).await
+                fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await
             }
             FinishMany::LockThenFinish { held, finish } => {
                 in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
-                    let held = fetch_i64s::<DB>(tx, &held[size(ids.len())], &args).await?;
+                    let held = fetch_i64s::<DB>(tx, held.for_len(ids.len()), &args).await?;
                     if !held.is_empty() {
                         let args = Args { ids: &held, ..args };
-                        execute::<DB>(tx, &finish[size(held.len())], &args).await?;
+                        execute::<DB>(tx, finish.for_len(held.len()), &args).await?;
                     }
                     Ok(held)
                 })
