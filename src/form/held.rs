@@ -5,6 +5,7 @@
 use super::{Conns, GRACE, Returned};
 use crate::backend::{Backend, HeldConn};
 use crate::dialect::Stmt;
+use crate::error::{Error, Result};
 
 /// What holds a row of the forms that hold a connection per delivery: that connection (the
 /// claim's transaction, the row's key) — away while a transactional handler has it — and its
@@ -37,19 +38,28 @@ impl<DB: Backend> Held<DB> {
         }
     }
 
-    /// Lends the connection to a transactional handler, its transaction (or savepoint) begun by
-    /// `begin`; `None` if it is lent already.
+    /// Lends the connection to a transactional handler of `queue`, its transaction (or
+    /// savepoint) begun by `begin`; [`Error::TransactionHeld`] if it is lent already.
     pub(super) async fn lend(
         &mut self,
         begin: Option<&'static str>,
-    ) -> Option<Result<HeldConn<DB>, sqlx::Error>> {
-        let mut conn = self.conn.take()?;
+        queue: &str,
+    ) -> Result<HeldConn<DB>> {
+        let Some(mut conn) = self.conn.take() else {
+            return Err(transaction_held(queue, 0));
+        };
         if let Err(error) = conn.begin(begin).await {
             self.conn = Some(conn);
-            return Some(Err(error));
+            return Err(error.into());
         }
         conn.lend();
-        Some(Ok(conn))
+        Ok(conn)
+    }
+
+    /// The connection to settle row `id` of `queue` on; [`Error::TransactionHeld`] if a
+    /// transactional handler's transaction never came back.
+    pub(super) fn into_conn(self, queue: &str, id: i64) -> Result<HeldConn<DB>> {
+        self.conn.ok_or_else(|| transaction_held(queue, id))
     }
 
     /// Returns a row of a delivery cancelled at the shutdown timeout. A connection lent to the
@@ -73,6 +83,14 @@ impl<DB: Backend> Held<DB> {
                 Ok(false) | Err(_) => Returned::Unconfirmed,
             },
         }
+    }
+}
+
+/// The delivery's transaction is held elsewhere (a delivery that escaped its handler).
+fn transaction_held(queue: &str, id: i64) -> Error {
+    Error::TransactionHeld {
+        queue: queue.to_string(),
+        id,
     }
 }
 

@@ -92,10 +92,7 @@ impl<DB: Backend> Form<DB> for RowLockForm {
 
     async fn lend(&self, _: &Conns<DB>, hold: &mut Held<DB>) -> Result<HeldConn<DB>> {
         // A savepoint in the claim's transaction.
-        match hold.lend(None).await {
-            Some(lent) => Ok(lent?),
-            None => Err(self.held(0)),
-        }
+        hold.lend(None, &self.checked.queue).await
     }
 
     async fn take_back(
@@ -134,9 +131,7 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         outcome: Outcome,
         _: Option<HeldConn<DB>>,
     ) -> Result<()> {
-        let Some(mut conn) = hold.conn else {
-            return Err(self.held(id));
-        };
+        let mut conn = hold.into_conn(&self.checked.queue, id)?;
         let settled = match self.apply::<DB>(&mut conn, id, outcome).await {
             Ok(true) => conn.commit().await.map_err(Error::from),
             Ok(false) => conn.rollback().await.map_err(Error::from),
@@ -371,14 +366,6 @@ impl RowLockForm {
                 Ok(true)
             }
             None => Ok(false),
-        }
-    }
-
-    /// The delivery's transaction is held elsewhere (a delivery that escaped its handler).
-    fn held(&self, id: i64) -> Error {
-        Error::TransactionHeld {
-            queue: self.checked.queue.to_string(),
-            id,
         }
     }
 }

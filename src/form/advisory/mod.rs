@@ -125,13 +125,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
 
     async fn lend(&self, _: &Conns<DB>, hold: &mut Held<DB>) -> Result<HeldConn<DB>> {
         // A transaction on the session that holds the key.
-        match hold.lend(self.begin_delivery).await {
-            Some(lent) => Ok(lent?),
-            None => Err(Error::TransactionHeld {
-                queue: self.checked.queue.to_string(),
-                id: 0,
-            }),
-        }
+        hold.lend(self.begin_delivery, &self.checked.queue).await
     }
 
     async fn take_back(
@@ -167,12 +161,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         outcome: Outcome,
         _: Option<HeldConn<DB>>,
     ) -> Result<()> {
-        let Some(mut conn) = hold.conn else {
-            return Err(Error::TransactionHeld {
-                queue: self.checked.queue.to_string(),
-                id,
-            });
-        };
+        let mut conn = hold.into_conn(&self.checked.queue, id)?;
         let settled = self.settle_on::<DB>(&mut conn, id, outcome).await;
         conns.put_held(conn);
         settled
