@@ -23,12 +23,11 @@ pub(crate) struct RowLockSql {
     pub(crate) retry: Option<Stmt>,
     /// retry_after: `retry_after = at[, attempt = attempt + 1]`; absent without the column.
     pub(crate) retry_after: Option<Stmt>,
-    /// A batch's acks and drops in one statement: `finish_many[k]` takes `2^k` ids (a short
-    /// list repeats its last id), up to [`MAX_FINISH`]. PostgreSQL only: on MariaDB 10.11,
-    /// batches of 16 settled by `DELETE .. WHERE id IN (..)` from 8 workers deadlocked on
-    /// records outside their lists (a hand-written loop did too), where a statement per row
-    /// does not.
-    pub(crate) finish_many: Option<BySize>,
+    /// A batch's acks and drops in one statement, per number of ids up to [`MAX_FINISH`].
+    /// MySQL/MariaDB reach each row through a join on the primary key: MariaDB 10.11 plans
+    /// `DELETE .. WHERE id IN (..)` on a small table as a scan, which locks rows other batches
+    /// hold, and batches of 16 from 8 workers deadlocked (a hand-written loop did too).
+    pub(crate) finish_many: BySize,
     /// A batch's retries in one statement, as `finish_many`; absent without an attempt column.
     pub(crate) retry_many: Option<BySize>,
 }
@@ -149,14 +148,21 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
         by_id(&mut w, n);
         w.finish()
     });
-    let sets = n.dialect == Dialect::Postgres;
-    let retry_many = n.attempt.as_deref().filter(|_| sets).map(|attempt| {
-        by_ids(n, |w, by| {
+    let retry_many = n.attempt.as_deref().map(|attempt| match n.dialect {
+        Dialect::MySql => BySize::new(MAX_FINISH, |count| mysql::count_joined(n, attempt, count)),
+        _ => by_ids(n, |w, by| {
             update(w, n);
             n.count_attempt(w, attempt);
             by(w);
-        })
+        }),
     });
+    let finish_many = match n.dialect {
+        Dialect::MySql => BySize::new(MAX_FINISH, |count| mysql::finish_joined(n, count)),
+        _ => by_ids(n, |w, by| {
+            finish(w, n);
+            by(w);
+        }),
+    };
 
     RowLockSql {
         begin: (n.dialect == Dialect::MySql).then_some(mysql::BEGIN_READ_COMMITTED),
@@ -166,12 +172,7 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
         finish: finish_by_id(n),
         retry,
         retry_after: retry_after_by_id(n, true),
-        finish_many: sets.then(|| {
-            by_ids(n, |w, by| {
-                finish(w, n);
-                by(w);
-            })
-        }),
+        finish_many,
         retry_many,
     }
 }
@@ -317,6 +318,30 @@ mod tests {
         assert_eq!(
             mysql.begin,
             Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+        );
+    }
+
+    #[test]
+    fn row_lock_batches_on_mysql_reach_each_row_through_the_primary_key() {
+        let table = Table::new("jobs").processed_at("done_at");
+        let sql = super::row_lock(&names(Dialect::MySql, table, false));
+        assert_eq!(
+            sql.finish_many.for_len(2).text(),
+            "UPDATE (SELECT CAST(? AS SIGNED) AS sqlxq_id UNION SELECT CAST(? AS SIGNED) AS \
+             sqlxq_id) AS sqlxq_ids STRAIGHT_JOIN `jobs` ON `jobs`.`id` = sqlxq_ids.sqlxq_id \
+             SET `done_at` = ?"
+        );
+        let sql = super::row_lock(&names(Dialect::MySql, Table::new("jobs"), false));
+        assert_eq!(
+            sql.finish_many.for_len(1).text(),
+            "DELETE `jobs` FROM (SELECT CAST(? AS SIGNED) AS sqlxq_id) AS sqlxq_ids \
+             STRAIGHT_JOIN `jobs` ON `jobs`.`id` = sqlxq_ids.sqlxq_id"
+        );
+        assert!(
+            sql.retry_many.unwrap().for_len(2).text().ends_with(
+                "ON `jobs`.`id` = sqlxq_ids.sqlxq_id SET `attempt` = CASE WHEN `attempt` < \
+                 9223372036854775807 THEN `attempt` + 1 ELSE `attempt` END"
+            )
         );
     }
 

@@ -109,6 +109,61 @@ pub(super) fn unlock_many(count: u16) -> Stmt {
     w.finish()
 }
 
+/// `(SELECT ? AS sqlxq_id UNION ..) AS sqlxq_ids STRAIGHT_JOIN <table> ON <id> = sqlxq_id` of
+/// `count` ids: the rows of a set settlement, each reached through the primary key. Never
+/// `WHERE id IN (..)` for a locking write: on a small table (the end of a drain) MariaDB plans it
+/// as a scan, which locks rows other transactions hold, and concurrent batches deadlock.
+fn joined_ids(w: &mut SqlWriter, n: &Names, count: u16) {
+    w.push("(");
+    for i in 0..count {
+        if i > 0 {
+            w.push(" UNION ");
+        }
+        w.push("SELECT CAST(")
+            .param(Slot::IdAt(i))
+            .push(" AS SIGNED) AS sqlxq_id");
+    }
+    w.push(") AS sqlxq_ids STRAIGHT_JOIN ")
+        .push(&n.table)
+        .push(" ON ")
+        .push(&n.table)
+        .push(".")
+        .push(&n.id)
+        .push(" = sqlxq_ids.sqlxq_id");
+}
+
+/// Acks and drops of `count` rows in one statement (`DELETE`, or `processed_at = now`), each row
+/// reached through the primary key (see [`joined_ids`]).
+pub(super) fn finish_joined(n: &Names, count: u16) -> Stmt {
+    let mut w = n.writer();
+    match &n.processed_at {
+        Some(processed_at) => {
+            w.push("UPDATE ");
+            joined_ids(&mut w, n, count);
+            w.push(" SET ").push(processed_at).push(" = ").param(Slot::Now);
+            if let Some(lease) = &n.lease {
+                w.push(", ").push(lease).push(" = NULL");
+            }
+        }
+        None => {
+            w.push("DELETE ").push(&n.table).push(" FROM ");
+            joined_ids(&mut w, n, count);
+        }
+    }
+    w.finish()
+}
+
+/// Counts the attempt of `count` rows in one statement, each reached through the primary key:
+/// a row the join meets twice (a padded list) is updated once.
+pub(super) fn count_joined(n: &Names, attempt: &str, count: u16) -> Stmt {
+    let mut w = n.writer();
+    w.push("UPDATE ");
+    joined_ids(&mut w, n, count);
+    w.push(" SET ");
+    n.count_attempt(&mut w, attempt);
+    w.finish()
+}
+
 /// Releases a row's lock: 1 when it was held.
 pub(super) fn unlock() -> Stmt {
     let mut w = SqlWriter::new(Dialect::MySql);

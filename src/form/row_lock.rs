@@ -42,7 +42,7 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         }
         let mut statements = vec![&sql.claim, &sql.claim_excluding, &sql.next, &sql.finish];
         statements.extend(sql.retry.iter().chain(&sql.retry_after));
-        statements.extend(sql.finish_many.iter().flatten());
+        statements.extend(sql.finish_many.iter());
         statements.extend(sql.retry_many.iter().flatten());
         super::schema::prepare_all::<DB>(conn, config, &statements).await?;
         Ok(RowLockForm { sql, checked })
@@ -275,16 +275,12 @@ impl RowLockForm {
     /// Runs a batch's settlements in the claim's transaction with one statement per outcome
     /// kind — acks and drops, retries — for up to [`MAX_FINISH`] rows each; the rest (a delay, a
     /// dead letter, a custom statement) row by row. A set statement that fails names no row.
-    /// Where the database has no set statements (MySQL/MariaDB), row by row.
     async fn apply_sets<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         settlements: &[(i64, Outcome)],
     ) -> Result<(), (Option<i64>, Error)> {
         let checked = &self.checked;
-        if self.sql.finish_many.is_none() {
-            return self.apply_each::<DB>(conn, settlements).await;
-        }
         let (mut finish, mut retry, mut each) = (Vec::new(), Vec::new(), Vec::new());
         for &(id, outcome) in settlements {
             match outcome.0 {
@@ -302,7 +298,7 @@ impl RowLockForm {
         }
         let now = Some(checked.clock.now());
         let sets = [
-            (finish, self.sql.finish_many.as_ref()),
+            (finish, Some(&self.sql.finish_many)),
             (retry, self.sql.retry_many.as_ref()),
         ];
         for (ids, statements) in sets {
