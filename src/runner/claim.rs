@@ -189,6 +189,9 @@ where
                 permit.expect("the semaphore is never closed")
             }
         };
+        // The deliveries that ended with this one give their workers back in the same instant:
+        // let them, so that one claim takes them all.
+        tokio::task::yield_now().await;
         // Below MAX_CLAIM (1000): it always fits a u32.
         let free = u32::try_from(workers.available_permits().min(MAX_CLAIM - 1)).unwrap_or(0);
         if let Ok(more) = Arc::clone(&workers).try_acquire_many_owned(free) {
@@ -227,9 +230,8 @@ where
             let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
             q.stats().in_work.fetch_add(1, Ordering::Relaxed);
             deliveries.spawn(async move {
-                deliver(&q, &*handler, row, hold).await;
+                deliver(&q, &*handler, row, hold, Some(permit)).await;
                 q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
-                drop(permit);
             });
         }
         drop(permits);
@@ -291,7 +293,7 @@ where
                 siblings.notify_one();
                 busy.fetch_add(1, Ordering::Relaxed);
                 q.stats().in_work.fetch_add(1, Ordering::Relaxed);
-                deliver(&q, &*handler, row, hold).await;
+                deliver(&q, &*handler, row, hold, None).await;
                 q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
                 busy.fetch_sub(1, Ordering::Relaxed);
                 // Found one: look again at once.

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use futures::FutureExt as _;
+use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
 use super::keeper::{Kept, keep};
@@ -19,9 +20,16 @@ use crate::error::Error;
 use crate::form::{Form, Returned};
 use crate::handler::CallOne;
 
-/// Runs one delivery to its settlement, in a span naming the queue, row and attempt.
-pub(super) async fn deliver<DB, F, H>(q: &Live<DB, F>, handler: &H, row: ClaimedRow, hold: F::Hold)
-where
+/// Runs one delivery to its settlement, in a span naming the queue, row and attempt. `worker`,
+/// where the queue counts its workers by permits, is given back when the delivery ends, or as
+/// soon as its handler is done when its ack goes to the queue's grouped acks.
+pub(super) async fn deliver<DB, F, H>(
+    q: &Live<DB, F>,
+    handler: &H,
+    row: ClaimedRow,
+    hold: F::Hold,
+    worker: Option<OwnedSemaphorePermit>,
+) where
     DB: Backend,
     F: Form<DB>,
     H: CallOne<DB>,
@@ -34,7 +42,9 @@ where
         attempt,
         outcome = tracing::field::Empty,
     );
-    run(q, handler, row, attempt, hold).instrument(span).await;
+    run(q, handler, row, attempt, hold, worker)
+        .instrument(span)
+        .await;
 }
 
 async fn run<DB, F, H>(
@@ -43,6 +53,7 @@ async fn run<DB, F, H>(
     row: ClaimedRow,
     attempt: u32,
     mut hold: F::Hold,
+    worker: Option<OwnedSemaphorePermit>,
 ) where
     DB: Backend,
     F: Form<DB>,
@@ -50,7 +61,7 @@ async fn run<DB, F, H>(
 {
     let id = row.id;
     if let Some(outcome) = policy::before_handler(q, &row, attempt) {
-        settle(q, id, hold, outcome, None).await;
+        settle(q, id, hold, outcome, None, worker).await;
         return;
     }
     // A transactional delivery gets its transaction; the runner keeps the other end of its slot.
@@ -136,7 +147,7 @@ async fn run<DB, F, H>(
             }
         }
     }
-    settle(q, id, hold, outcome, own_tx).await;
+    settle(q, id, hold, outcome, own_tx, worker).await;
 }
 
 /// Reads row `id` whole for its row mode handler.
@@ -172,20 +183,26 @@ fn take_back<DB: Backend>(slot: TxSlot<DB>) -> Result<HeldConn<DB>, ()> {
 }
 
 /// Settles a delivery, and counts it by the policy: acks and drops of plain queues that group
-/// them go through the queue's ack grouping; a settlement that failed for the row keeps it held
-/// for the policy's delay where the form can.
+/// them go through the queue's ack grouping, their worker given to the next row meanwhile; a
+/// settlement that failed for the row keeps it held for the policy's delay where the form can.
 async fn settle<DB: Backend, F: Form<DB>>(
     q: &Live<DB, F>,
     id: i64,
     hold: F::Hold,
     outcome: Outcome,
     tx: Option<HeldConn<DB>>,
+    worker: Option<OwnedSemaphorePermit>,
 ) {
     tracing::Span::current().record("outcome", outcome.name());
     let kept = q.form.keep(&hold);
     let grouped = matches!(outcome.0, Settle::Ack | Settle::Drop) && tx.is_none();
     let settled = match (&q.acks, grouped) {
-        (Some(acks), true) => super::acks::settle(acks, &q.label, id, hold, outcome).await,
+        (Some(acks), true) => {
+            // The claim of the next row overlaps this ack's statement: both commit for many.
+            let _in_flight = q.acks_in_flight.acquire().await;
+            drop(worker);
+            super::acks::settle(acks, &q.label, id, hold, outcome).await
+        }
         _ => q.form.settle(&q.conns, id, hold, outcome, tx).await,
     };
     q.note_unlock();

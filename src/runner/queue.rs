@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::Pool;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::acks::Ack;
@@ -67,6 +67,9 @@ pub(super) struct Live<DB: Backend, F: Form<DB>> {
     pub(super) shared: Shared<DB>,
     /// Where plain deliveries send their acks and drops, grouped (see `acks`).
     pub(super) acks: Option<mpsc::UnboundedSender<Ack<F::Hold>>>,
+    /// Acks in flight, at most one per worker: a delivery whose ack is in flight has given its
+    /// worker to the next row, and waits here when the acks fall behind.
+    pub(super) acks_in_flight: Semaphore,
     /// Deliveries of this queue cancelled at the shutdown timeout.
     pub(super) cancelled: AtomicU64,
     /// Of those, the ones whose row was released.
@@ -112,6 +115,7 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             quarantine: Quarantine::default(),
             shared,
             acks,
+            acks_in_flight: Semaphore::new(config.workers),
             cancelled: AtomicU64::new(0),
             cancelled_released: AtomicU64::new(0),
             cancelled_unreleased: AtomicU64::new(0),
