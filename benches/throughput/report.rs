@@ -30,8 +30,13 @@ pub(crate) fn log(db: &str, cell: Cell, round: &str, side: &str, result: &Result
             )
         })
         .unwrap_or_default();
+    let retries = match s.retries {
+        0 => String::new(),
+        n => format!(", {n} transaction(s) run again after a deadlock"),
+    };
     eprintln!(
-        "  {db} {} w{} b{} {round} {side}: {:.0} jobs/s{}, {:.0} ms CPU/1000 jobs{scans}{trips}",
+        "  {db} {} w{} b{} {round} {side}: {:.0} jobs/s{}, {:.0} ms CPU/1000 jobs{scans}{trips}\
+         {retries}",
         cell.form.label(),
         cell.workers,
         cell.batch,

@@ -1,6 +1,24 @@
 //! Side B: the baseline, `workers` independent tokio tasks, each on a connection of its own,
 //! looping claim → handle → settle with the fewest statements each claim form allows, in the
 //! bench's own SQL text (`benches/sql/baseline.rs`), a batch of up to `batch` rows at a time.
+//!
+//! A transaction the server rolls back as a deadlock victim (MariaDB/MySQL's row lock and lease
+//! forms, whose statements can scan past rows other workers hold) runs again, as a hand-written
+//! worker would run it; its rows count as handled once, when their settlement has committed.
+
+/// `$transaction`, an expression that runs one transaction to its result, run again while
+/// [`again`] says so.
+macro_rules! retried {
+    ($progress:expr, $transaction:expr) => {{
+        let mut tries = 0;
+        loop {
+            match $transaction {
+                Err(e) if $crate::baseline::again(&e, &mut tries, $progress) => {}
+                result => break result,
+            }
+        }
+    }};
+}
 
 pub(crate) mod mysql;
 pub(crate) mod postgres;
@@ -9,6 +27,7 @@ pub(crate) mod sqlite;
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use chrono::{DateTime, SubsecRound as _, TimeDelta, Utc};
 use sqlx::AssertSqlSafe;
@@ -20,6 +39,9 @@ use crate::grid::{Cell, Form, Sample};
 
 /// The lease the baseline writes (the crate's default).
 const LEASE: TimeDelta = TimeDelta::seconds(30);
+
+/// Times in a row a transaction runs again after a deadlock before its worker fails.
+const RETRIES: u32 = 20;
 
 /// A claimed row: id, payload, attempt.
 type Claimed = (i64, Vec<u8>, i32);
@@ -85,15 +107,37 @@ fn now_and_token() -> (DateTime<Utc>, DateTime<Utc>) {
     (now, now + LEASE)
 }
 
-/// The handler of a batch: each row handled, their ids returned.
-fn handle(progress: &Progress, rows: &[Claimed]) -> Vec<i64> {
-    progress.batch();
-    rows.iter()
-        .map(|&(id, _, _)| {
-            progress.handle(id);
-            id
-        })
-        .collect()
+/// A batch the handler took: its ids, and when.
+struct Handled {
+    ids: Vec<i64>,
+    at: Instant,
+}
+
+/// The handler of a batch: a no-op on each row. Its rows count as handled once their
+/// settlement committed ([`settled`]): a transaction the server rolled back hands them to the
+/// handler again when it runs again, and they count once.
+fn handle(rows: &[Claimed]) -> Handled {
+    Handled {
+        ids: rows.iter().map(|&(id, _, _)| id).collect(),
+        at: Instant::now(),
+    }
+}
+
+/// Whether a transaction that failed with `error` runs again: the server rolled it back as a
+/// deadlock victim or a serialization failure (SQLSTATE 40001, which MariaDB/MySQL's deadlock,
+/// error 1213, carries; PostgreSQL's deadlock is 40P01), and a hand-written worker retries
+/// that, here up to [`RETRIES`] times in a row (`tries`). Each retry is counted.
+fn again(error: &sqlx::Error, tries: &mut u32, progress: &Progress) -> bool {
+    let rolled_back = error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| matches!(&*code, "40001" | "40P01"));
+    if !rolled_back || *tries == RETRIES {
+        return false;
+    }
+    *tries += 1;
+    progress.retries.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 /// Checks a settlement changed one row per id.
@@ -108,10 +152,13 @@ fn expect(changed: u64, ids: &[i64], what: &str) -> sqlx::Result<()> {
     }
 }
 
-fn settled(progress: &Progress, ids: &[i64]) {
+/// A batch settled and committed: its claim, its rows handled, and their settlements counted.
+fn settled(progress: &Progress, handled: &Handled) {
+    progress.batch();
+    progress.handled(&handled.ids, handled.at);
     progress
         .settled
-        .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        .fetch_add(handled.ids.len() as u64, Ordering::Relaxed);
 }
 
 /// One drain by the baseline; `counted`: with its statements counted (and its rate not kept).

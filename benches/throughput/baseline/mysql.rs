@@ -1,9 +1,12 @@
 //! The baseline on MySQL and MariaDB.
 
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection as _, MySql, MySqlConnection};
 
-use super::{Claimed, Plan, expect, handle, now_and_token, settled, sql};
+use super::{Claimed, Handled, Plan, expect, handle, now_and_token, settled, sql};
 use crate::drain::Progress;
 use crate::grid::Form;
 use crate::sql::mysql as text;
@@ -30,7 +33,8 @@ macro_rules! bind_ids {
     };
 }
 
-/// `BEGIN`, claim, handle, `DELETE`, `COMMIT`.
+/// `BEGIN`, claim, handle, `DELETE`, `COMMIT`; a transaction the server rolled back (a
+/// deadlock: the `DELETE` can scan past rows other workers hold) runs again whole.
 async fn row_lock(
     conn: &mut MySqlConnection,
     plan: &Plan,
@@ -39,62 +43,103 @@ async fn row_lock(
     let claim = plan.text(text::row_lock_claim);
     let delete = plan.texts(text::delete);
     while !progress.stopped() {
-        let mut tx = conn.begin().await?;
-        let rows: Vec<Claimed> = sqlx::query_as(sql(&claim))
-            .bind(plan.limit())
-            .fetch_all(&mut *tx)
-            .await?;
-        if rows.is_empty() {
-            return tx.commit().await;
-        }
-        let ids = handle(progress, &rows);
-        let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        expect(deleted, &ids, "DELETE")?;
-        tx.commit().await?;
-        settled(progress, &ids);
+        let batch = retried!(progress, row_lock_batch(conn, plan, &claim, &delete).await)?;
+        let Some(handled) = batch else {
+            return Ok(());
+        };
+        settled(progress, &handled);
     }
     Ok(())
 }
 
-/// `BEGIN`, claim, `UPDATE`, `COMMIT`, handle, `DELETE`.
+/// One transaction of the row lock form; `None`: nothing left to claim.
+async fn row_lock_batch(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    claim: &Arc<str>,
+    delete: &[Arc<str>],
+) -> sqlx::Result<Option<Handled>> {
+    let mut tx = conn.begin().await?;
+    let rows: Vec<Claimed> = sqlx::query_as(sql(claim))
+        .bind(plan.limit())
+        .fetch_all(&mut *tx)
+        .await?;
+    if rows.is_empty() {
+        tx.commit().await?;
+        return Ok(None);
+    }
+    let handled = handle(&rows);
+    let ids = &handled.ids;
+    let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    expect(deleted, ids, "DELETE")?;
+    tx.commit().await?;
+    Ok(Some(handled))
+}
+
+/// `BEGIN`, claim, `UPDATE`, `COMMIT`, handle, `DELETE`; the claim's transaction and the
+/// `DELETE`, each rolled back by a deadlock, run again.
 async fn lease(conn: &mut MySqlConnection, plan: &Plan, progress: &Progress) -> sqlx::Result<()> {
     let claim = plan.text(text::lease_claim);
     let update = plan.texts(text::lease_update);
     let delete = plan.texts(text::lease_delete);
     while !progress.stopped() {
         let (now, token) = now_and_token();
-        let mut tx = conn.begin().await?;
-        let rows: Vec<Claimed> = sqlx::query_as(sql(&claim))
-            .bind(now)
-            .bind(plan.limit())
-            .fetch_all(&mut *tx)
-            .await?;
+        let rows = retried!(
+            progress,
+            lease_claim(conn, plan, &claim, &update, now, token).await
+        )?;
         if rows.is_empty() {
-            return tx.commit().await;
+            return Ok(());
         }
+        let handled = handle(&rows);
+        let ids = &handled.ids;
+        let deleted = retried!(
+            progress,
+            bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
+                .bind(token)
+                .execute(&mut *conn)
+                .await
+        )?
+        .rows_affected();
+        expect(deleted, ids, "DELETE")?;
+        settled(progress, &handled);
+    }
+    Ok(())
+}
+
+/// The lease form's claim: `BEGIN`, claim, `UPDATE`, `COMMIT`; no rows: nothing left.
+async fn lease_claim(
+    conn: &mut MySqlConnection,
+    plan: &Plan,
+    claim: &Arc<str>,
+    update: &[Arc<str>],
+    now: DateTime<Utc>,
+    token: DateTime<Utc>,
+) -> sqlx::Result<Vec<Claimed>> {
+    let mut tx = conn.begin().await?;
+    let rows: Vec<Claimed> = sqlx::query_as(sql(claim))
+        .bind(now)
+        .bind(plan.limit())
+        .fetch_all(&mut *tx)
+        .await?;
+    if !rows.is_empty() {
         let ids: Vec<i64> = rows.iter().map(|row| row.0).collect();
         let leased = bind_ids!(sqlx::query(sql(&update[ids.len() - 1])).bind(token), ids)
             .execute(&mut *tx)
             .await?
             .rows_affected();
         expect(leased, &ids, "UPDATE")?;
-        tx.commit().await?;
-        handle(progress, &rows);
-        let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
-            .bind(token)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        expect(deleted, &ids, "DELETE")?;
-        settled(progress, &ids);
     }
-    Ok(())
+    tx.commit().await?;
+    Ok(rows)
 }
 
-/// Lock, count, take, handle, `DELETE`, unlock.
+/// Lock, count, take, handle, `DELETE`, unlock. No retry: each statement is a transaction of
+/// its own that locks only rows its worker's named locks hold, or, scanning, rows in id order
+/// one at a time, as every other statement of the form does, so no two wait on each other.
 async fn advisory(
     conn: &mut MySqlConnection,
     plan: &Plan,
@@ -124,13 +169,14 @@ async fn advisory(
         let rows: Vec<Claimed> = bind_ids!(sqlx::query_as(sql(&take[n - 1])), locked)
             .fetch_all(&mut *conn)
             .await?;
-        let ids = handle(progress, &rows);
+        let handled = handle(&rows);
+        let ids = &handled.ids;
         if !ids.is_empty() {
             let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
                 .execute(&mut *conn)
                 .await?
                 .rows_affected();
-            expect(deleted, &ids, "DELETE")?;
+            expect(deleted, ids, "DELETE")?;
         }
         let names = locked.iter().map(|id| format!("{}{id}", plan.key_prefix));
         let released: Option<i64> = names
@@ -144,7 +190,7 @@ async fn advisory(
                 "unlock of {locked:?}: {released:?} keys released"
             )));
         }
-        settled(progress, &ids);
+        settled(progress, &handled);
     }
     Ok(())
 }

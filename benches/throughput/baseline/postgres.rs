@@ -33,15 +33,16 @@ async fn row_lock(conn: &mut PgConnection, plan: &Plan, progress: &Progress) -> 
         if rows.is_empty() {
             return tx.commit().await;
         }
-        let ids = handle(progress, &rows);
+        let handled = handle(&rows);
+        let ids = &handled.ids;
         let deleted = sqlx::query(sql(&delete))
-            .bind(&ids)
+            .bind(ids)
             .execute(&mut *tx)
             .await?
             .rows_affected();
-        expect(deleted, &ids, "DELETE")?;
+        expect(deleted, ids, "DELETE")?;
         tx.commit().await?;
-        settled(progress, &ids);
+        settled(progress, &handled);
     }
     Ok(())
 }
@@ -61,15 +62,16 @@ async fn lease(conn: &mut PgConnection, plan: &Plan, progress: &Progress) -> sql
         if rows.is_empty() {
             return Ok(());
         }
-        let ids = handle(progress, &rows);
+        let handled = handle(&rows);
+        let ids = &handled.ids;
         let deleted = sqlx::query(sql(&delete))
-            .bind(&ids)
+            .bind(ids)
             .bind(token)
             .execute(&mut *conn)
             .await?
             .rows_affected();
-        expect(deleted, &ids, "DELETE")?;
-        settled(progress, &ids);
+        expect(deleted, ids, "DELETE")?;
+        settled(progress, &handled);
     }
     Ok(())
 }
@@ -93,14 +95,15 @@ async fn advisory(conn: &mut PgConnection, plan: &Plan, progress: &Progress) -> 
             .bind(&locked)
             .fetch_all(&mut *conn)
             .await?;
-        let ids = handle(progress, &rows);
+        let handled = handle(&rows);
+        let ids = &handled.ids;
         if !ids.is_empty() {
             let deleted = sqlx::query(sql(&delete))
-                .bind(&ids)
+                .bind(ids)
                 .execute(&mut *conn)
                 .await?
                 .rows_affected();
-            expect(deleted, &ids, "DELETE")?;
+            expect(deleted, ids, "DELETE")?;
         }
         let released: Option<bool> = sqlx::query_scalar(sql(&unlock))
             .bind(plan.key_class)
@@ -112,7 +115,7 @@ async fn advisory(conn: &mut PgConnection, plan: &Plan, progress: &Progress) -> 
                 "unlock of {locked:?}: a key was not held"
             )));
         }
-        settled(progress, &ids);
+        settled(progress, &handled);
     }
     Ok(())
 }

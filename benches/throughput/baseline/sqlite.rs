@@ -43,14 +43,15 @@ async fn lease(conn: &mut SqliteConnection, plan: &Plan, progress: &Progress) ->
         if rows.is_empty() {
             return Ok(());
         }
-        let ids = handle(progress, &rows);
+        let handled = handle(&rows);
+        let ids = &handled.ids;
         let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
             .bind(token)
             .execute(&mut *conn)
             .await?
             .rows_affected();
-        expect(deleted, &ids, "DELETE")?;
-        settled(progress, &ids);
+        expect(deleted, ids, "DELETE")?;
+        settled(progress, &handled);
     }
     Ok(())
 }
@@ -90,20 +91,21 @@ async fn advisory(
         let rows: Vec<Claimed> = bind_ids!(sqlx::query_as(sql(&take[locked.len() - 1])), locked)
             .fetch_all(&mut *conn)
             .await?;
-        let ids = handle(progress, &rows);
+        let handled = handle(&rows);
+        let ids = &handled.ids;
         if !ids.is_empty() {
             let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
                 .execute(&mut *conn)
                 .await?
                 .rows_affected();
-            expect(deleted, &ids, "DELETE")?;
+            expect(deleted, ids, "DELETE")?;
         }
         let mut held = plan.held.lock().unwrap_or_else(|e| e.into_inner());
         for id in &locked {
             held.remove(id);
         }
         drop(held);
-        settled(progress, &ids);
+        settled(progress, &handled);
     }
     Ok(())
 }
