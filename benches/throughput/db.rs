@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, ConnectOptions as _, Pool};
 use sqlx_queue::{Backend, Job, Queue, Runner, Table};
 
-use crate::baseline::{self, Plan};
+use crate::baseline::Baseline;
 use crate::drain::Progress;
 use crate::grid::{Cell, Form};
 use crate::krate::mount;
@@ -22,8 +21,9 @@ use crate::wire::Wire;
 /// (`--no-test-before-acquire`).
 pub(crate) static TEST_BEFORE_ACQUIRE: AtomicBool = AtomicBool::new(true);
 
-/// The few driver calls the bench makes, per database, with concrete types.
-pub(crate) trait Db: Backend {
+/// The few driver calls the bench makes, per database, with concrete types; its baseline
+/// worker is [`Baseline::work`].
+pub(crate) trait Db: Backend + Baseline {
     /// The database's name in options and output.
     const ID: &'static str;
     /// The variable with the server's URL (`None`: SQLite, in a temporary file).
@@ -59,12 +59,6 @@ pub(crate) trait Db: Backend {
         cell: Cell,
         progress: &Arc<Progress>,
     ) -> Runner<Self>;
-    /// One baseline worker: claim → handle → settle on its connection until nothing is left.
-    fn baseline(
-        conn: PoolConnection<Self>,
-        plan: Arc<Plan>,
-        progress: Arc<Progress>,
-    ) -> impl Future<Output = sqlx::Result<()>> + Send;
 }
 
 macro_rules! db_common {
@@ -158,14 +152,6 @@ impl Db for sqlx::Postgres {
             Form::Advisory => mount!(Self, runner, queue.advisory_lock(), cell, progress),
         }
     }
-
-    async fn baseline(
-        conn: PoolConnection<Self>,
-        plan: Arc<Plan>,
-        progress: Arc<Progress>,
-    ) -> sqlx::Result<()> {
-        baseline::postgres::worker(conn, &plan, &progress).await
-    }
 }
 
 impl Db for sqlx::MySql {
@@ -215,14 +201,6 @@ impl Db for sqlx::MySql {
             Form::Advisory => mount!(Self, runner, queue.advisory_lock(), cell, progress),
         }
     }
-
-    async fn baseline(
-        conn: PoolConnection<Self>,
-        plan: Arc<Plan>,
-        progress: Arc<Progress>,
-    ) -> sqlx::Result<()> {
-        baseline::mysql::worker(conn, &plan, &progress).await
-    }
 }
 
 impl Db for sqlx::Sqlite {
@@ -269,14 +247,6 @@ impl Db for sqlx::Sqlite {
             Form::Lease => mount!(Self, runner, queue.lease("locked_until"), cell, progress),
             Form::Advisory => mount!(Self, runner, queue.advisory_lock(), cell, progress),
         }
-    }
-
-    async fn baseline(
-        conn: PoolConnection<Self>,
-        plan: Arc<Plan>,
-        progress: Arc<Progress>,
-    ) -> sqlx::Result<()> {
-        baseline::sqlite::worker(conn, &plan, &progress).await
     }
 }
 

@@ -20,18 +20,29 @@ macro_rules! retried {
     }};
 }
 
-pub(crate) mod mysql;
-pub(crate) mod postgres;
-pub(crate) mod sqlite;
+/// Binds each id, in order (`IN (?, ?, …)`).
+macro_rules! bind_ids {
+    ($query:expr, $ids:expr) => {
+        $ids.iter().fold($query, |query, id| query.bind(*id))
+    };
+}
+
+mod mysql;
+mod postgres;
+mod shared;
+mod sqlite;
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use chrono::{DateTime, SubsecRound as _, TimeDelta, Utc};
-use sqlx::AssertSqlSafe;
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Database, Encode, Type};
 
+use self::shared::Worker;
 use crate::count;
 use crate::db::{Ctx, Db};
 use crate::drain::{Progress, cpu_ticks, wait_settled};
@@ -42,6 +53,9 @@ const LEASE: TimeDelta = TimeDelta::seconds(30);
 
 /// Times in a row a transaction runs again after a deadlock before its worker fails.
 const RETRIES: u32 = 20;
+
+/// A statement's text, built once per drain.
+type Text = Arc<str>;
 
 /// A claimed row: id, payload, attempt.
 type Claimed = (i64, Vec<u8>, i32);
@@ -84,19 +98,19 @@ impl Plan {
     }
 
     /// One text per id list length, 1 to `batch`: `texts[n - 1]`.
-    fn texts(&self, text: impl Fn(&str, usize) -> String) -> Vec<Arc<str>> {
+    fn texts(&self, text: impl Fn(&str, usize) -> String) -> Vec<Text> {
         (1..=self.batch)
             .map(|n| Arc::from(text(&self.table, n)))
             .collect()
     }
 
-    fn text(&self, text: impl Fn(&str) -> String) -> Arc<str> {
+    fn text(&self, text: impl Fn(&str) -> String) -> Text {
         Arc::from(text(&self.table))
     }
 }
 
 /// A statement's text, as sqlx takes it.
-fn sql(text: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
+fn sql(text: &Text) -> AssertSqlSafe<Text> {
     AssertSqlSafe(Arc::clone(text))
 }
 
@@ -161,6 +175,25 @@ fn settled(progress: &Progress, handled: &Handled) {
         .fetch_add(handled.ids.len() as u64, Ordering::Relaxed);
 }
 
+/// A database's baseline: its worker, and how its statements take a list of ids.
+pub(crate) trait Baseline: Database {
+    /// One worker: claim → handle → settle on its connection until nothing is left.
+    fn work(worker: Worker<'_, Self>) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    /// The statement of `texts` on `ids`, bound: MySQL/MariaDB and SQLite have one text per
+    /// list length (`IN (?, ?, …)`, `texts[n - 1]`), which takes each id; PostgreSQL has one,
+    /// which takes the ids as one array (`= ANY($1)`).
+    fn on_ids(texts: &[Text], ids: &[i64]) -> Query<'static, Self, Self::Arguments>
+    where
+        i64: for<'q> Encode<'q, Self> + Type<Self>,
+    {
+        bind_ids!(sqlx::query(sql(&texts[ids.len() - 1])), ids)
+    }
+
+    /// The rows a statement changed.
+    fn changed(result: &Self::QueryResult) -> u64;
+}
+
 /// One drain by the baseline; `counted`: with its statements counted (and its rate not kept).
 pub(crate) async fn run<DB: Db>(ctx: &Ctx, cell: Cell, counted: bool) -> Result<Sample, String> {
     let plan = Arc::new(Plan::new(ctx, cell));
@@ -175,8 +208,8 @@ pub(crate) async fn run<DB: Db>(ctx: &Ctx, cell: Cell, counted: bool) -> Result<
         .map(|_| {
             let (pool, plan, progress) = (pool.clone(), Arc::clone(&plan), Arc::clone(&progress));
             tokio::spawn(async move {
-                let conn = pool.acquire().await?;
-                DB::baseline(conn, plan, progress).await
+                let mut conn = pool.acquire().await?;
+                DB::work(Worker::new(&mut *conn, &plan, &progress)).await
             })
         })
         .collect();

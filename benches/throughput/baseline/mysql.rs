@@ -1,82 +1,36 @@
 //! The baseline on MySQL and MariaDB.
 
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
-use sqlx::pool::PoolConnection;
+use sqlx::mysql::MySqlQueryResult;
 use sqlx::{Connection as _, MySql, MySqlConnection};
 
-use super::{Claimed, Handled, Plan, expect, handle, now_and_token, settled, sql};
+use super::shared::Worker;
+use super::{Baseline, Claimed, Plan, Text, expect, handle, now_and_token, settled, sql};
 use crate::drain::Progress;
 use crate::grid::Form;
 use crate::sql::mysql as text;
 
-pub(crate) async fn worker(
-    mut conn: PoolConnection<MySql>,
-    plan: &Plan,
-    progress: &Progress,
-) -> sqlx::Result<()> {
-    if plan.form != Form::Advisory {
-        sqlx::query(text::SESSION).execute(&mut *conn).await?;
+impl Baseline for MySql {
+    async fn work(mut worker: Worker<'_, Self>) -> sqlx::Result<()> {
+        let plan = worker.plan;
+        if plan.form != Form::Advisory {
+            sqlx::query(text::SESSION)
+                .execute(&mut *worker.conn)
+                .await?;
+        }
+        match plan.form {
+            Form::RowLock => {
+                let claim = plan.text(text::row_lock_claim);
+                worker.row_lock(&claim, &plan.texts(text::delete)).await
+            }
+            Form::Lease => lease(worker.conn, plan, worker.progress).await,
+            Form::Advisory => advisory(&mut worker).await,
+        }
     }
-    match plan.form {
-        Form::RowLock => row_lock(&mut conn, plan, progress).await,
-        Form::Lease => lease(&mut conn, plan, progress).await,
-        Form::Advisory => advisory(&mut conn, plan, progress).await,
-    }
-}
 
-/// Binds each id, in order.
-macro_rules! bind_ids {
-    ($query:expr, $ids:expr) => {
-        $ids.iter().fold($query, |query, id| query.bind(*id))
-    };
-}
-
-/// `BEGIN`, claim, handle, `DELETE`, `COMMIT`; a transaction the server rolled back (a
-/// deadlock: the `DELETE` can scan past rows other workers hold) runs again whole.
-async fn row_lock(
-    conn: &mut MySqlConnection,
-    plan: &Plan,
-    progress: &Progress,
-) -> sqlx::Result<()> {
-    let claim = plan.text(text::row_lock_claim);
-    let delete = plan.texts(text::delete);
-    while !progress.stopped() {
-        let batch = retried!(progress, row_lock_batch(conn, plan, &claim, &delete).await)?;
-        let Some(handled) = batch else {
-            return Ok(());
-        };
-        settled(progress, &handled);
+    fn changed(result: &MySqlQueryResult) -> u64 {
+        result.rows_affected()
     }
-    Ok(())
-}
-
-/// One transaction of the row lock form; `None`: nothing left to claim.
-async fn row_lock_batch(
-    conn: &mut MySqlConnection,
-    plan: &Plan,
-    claim: &Arc<str>,
-    delete: &[Arc<str>],
-) -> sqlx::Result<Option<Handled>> {
-    let mut tx = conn.begin().await?;
-    let rows: Vec<Claimed> = sqlx::query_as(sql(claim))
-        .bind(plan.limit())
-        .fetch_all(&mut *tx)
-        .await?;
-    if rows.is_empty() {
-        tx.commit().await?;
-        return Ok(None);
-    }
-    let handled = handle(&rows);
-    let ids = &handled.ids;
-    let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    expect(deleted, ids, "DELETE")?;
-    tx.commit().await?;
-    Ok(Some(handled))
 }
 
 /// `BEGIN`, claim, `UPDATE`, `COMMIT`, handle, `DELETE`; the claim's transaction and the
@@ -98,7 +52,7 @@ async fn lease(conn: &mut MySqlConnection, plan: &Plan, progress: &Progress) -> 
         let ids = &handled.ids;
         let deleted = retried!(
             progress,
-            bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
+            MySql::on_ids(&delete, ids)
                 .bind(token)
                 .execute(&mut *conn)
                 .await
@@ -114,8 +68,8 @@ async fn lease(conn: &mut MySqlConnection, plan: &Plan, progress: &Progress) -> 
 async fn lease_claim(
     conn: &mut MySqlConnection,
     plan: &Plan,
-    claim: &Arc<str>,
-    update: &[Arc<str>],
+    claim: &Text,
+    update: &[Text],
     now: DateTime<Utc>,
     token: DateTime<Utc>,
 ) -> sqlx::Result<Vec<Claimed>> {
@@ -140,11 +94,8 @@ async fn lease_claim(
 /// Lock, count, take, handle, `DELETE`, unlock. No retry: each statement is a transaction of
 /// its own that locks only rows its worker's named locks hold, or, scanning, rows in id order
 /// one at a time, as every other statement of the form does, so no two wait on each other.
-async fn advisory(
-    conn: &mut MySqlConnection,
-    plan: &Plan,
-    progress: &Progress,
-) -> sqlx::Result<()> {
+async fn advisory(worker: &mut Worker<'_, MySql>) -> sqlx::Result<()> {
+    let (plan, progress) = (worker.plan, worker.progress);
     let lock = plan.text(text::advisory_lock);
     let count = plan.texts(text::advisory_count);
     let take = plan.texts(text::advisory_take);
@@ -157,33 +108,25 @@ async fn advisory(
             .bind(candidates)
             .bind(plan.key_prefix.as_str())
             .bind(plan.limit())
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut *worker.conn)
             .await?;
         if locked.is_empty() {
             return Ok(());
         }
         let n = locked.len();
         bind_ids!(sqlx::query(sql(&count[n - 1])), locked)
-            .execute(&mut *conn)
+            .execute(&mut *worker.conn)
             .await?;
         let rows: Vec<Claimed> = bind_ids!(sqlx::query_as(sql(&take[n - 1])), locked)
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut *worker.conn)
             .await?;
-        let handled = handle(&rows);
-        let ids = &handled.ids;
-        if !ids.is_empty() {
-            let deleted = bind_ids!(sqlx::query(sql(&delete[ids.len() - 1])), ids)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected();
-            expect(deleted, ids, "DELETE")?;
-        }
+        let handled = worker.delete_handled(&rows, &delete).await?;
         let names = locked.iter().map(|id| format!("{}{id}", plan.key_prefix));
         let released: Option<i64> = names
             .fold(sqlx::query_scalar(sql(&unlock[n - 1])), |q, name| {
                 q.bind(name)
             })
-            .fetch_one(&mut *conn)
+            .fetch_one(&mut *worker.conn)
             .await?;
         if released != Some(n as i64) {
             return Err(sqlx::Error::Protocol(format!(
