@@ -145,10 +145,13 @@ impl Options {
 trait Db: Backend {
     const ID: &'static str;
     const URL_VAR: Option<&'static str>;
-    /// Whether the database has row locks.
-    const ROW_LOCK: bool;
+    /// Whether the database has row locks (`row_lock!`).
+    const ROW_LOCK: bool = false;
 
-    fn connect(url: &str, max: u32) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send;
+    /// A pool of `max` connections to `url` (SQLite: to a file).
+    fn connect(url: &str, max: u32) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send {
+        pool_options(max).connect(url)
+    }
     fn create_table(table: &str) -> String;
     /// A plain `INSERT` of one job, which wakes no queue.
     fn insert(pool: &Pool<Self>, table: &str) -> impl Future<Output = sqlx::Result<()>> + Send;
@@ -186,7 +189,55 @@ trait Db: Backend {
         let _ = conn;
         async { Ok(()) }
     }
-    fn mount_row_lock(runner: Runner<Self>, table: Table, handler: Handler) -> Runner<Self>;
+    fn mount_row_lock(_: Runner<Self>, _: Table, _: Handler) -> Runner<Self> {
+        unreachable!("{} has no row lock", Self::ID)
+    }
+}
+
+/// `Db::ROW_LOCK` and `Db::mount_row_lock` of a database with row locks.
+macro_rules! row_lock {
+    () => {
+        const ROW_LOCK: bool = true;
+
+        fn mount_row_lock(runner: Runner<Self>, table: Table, handler: Handler) -> Runner<Self> {
+            let queue = Queue::table(table).row_lock().attempt("attempt");
+            mount!(Self, runner, queue, handler, false)
+        }
+    };
+}
+
+/// `Db::lease_one` of the lease form in two statements (PostgreSQL, SQLite): the claim of a
+/// row, then its ack fenced by the token, which binds the row's id `$id` as `$ack_id`.
+macro_rules! lease_in_two {
+    (|$id:ident| $ack_id:expr) => {
+        async fn lease_one(conn: &mut Self::Connection, texts: &[Arc<str>]) -> sqlx::Result<bool> {
+            let (now, token) = now_and_token();
+            let rows: Vec<Claimed> = sqlx::query_as(text(&texts[0]))
+                .bind(token)
+                .bind(now)
+                .bind(1_i64)
+                .fetch_all(&mut *conn)
+                .await?;
+            let Some(&($id, _, _)) = rows.first() else {
+                return Ok(false);
+            };
+            let n = sqlx::query(text(&texts[1]))
+                .bind($ack_id)
+                .bind(token)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            deleted(n, $id)?;
+            Ok(true)
+        }
+    };
+}
+
+/// The pool options of every pool.
+fn pool_options<DB: sqlx::Database>(max: u32) -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new()
+        .max_connections(max)
+        .test_before_acquire(TEST_BEFORE_ACQUIRE.load(Ordering::Relaxed))
 }
 
 macro_rules! db_common {
@@ -250,18 +301,9 @@ fn deleted(n: u64, id: i64) -> sqlx::Result<()> {
 impl Db for sqlx::Postgres {
     const ID: &'static str = "postgres";
     const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_PG_URL");
-    const ROW_LOCK: bool = true;
 
     async fn notify_channel(pool: &Pool<Self>, table: &Table) -> sqlx_queue::Result<String> {
         table.notify_channel(pool).await
-    }
-
-    async fn connect(url: &str, max: u32) -> sqlx::Result<Pool<Self>> {
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
-            .test_before_acquire(TEST_BEFORE_ACQUIRE.load(Ordering::Relaxed))
-            .connect(url)
-            .await
     }
 
     fn create_table(table: &str) -> String {
@@ -272,6 +314,8 @@ impl Db for sqlx::Postgres {
     }
 
     db_common!();
+    row_lock!();
+    lease_in_two!(|id| vec![id]);
 
     fn lease_texts(table: &str) -> Vec<Arc<str>> {
         let texts = [
@@ -280,51 +324,11 @@ impl Db for sqlx::Postgres {
         ];
         texts.into_iter().map(Arc::from).collect()
     }
-
-    async fn lease_one(conn: &mut Self::Connection, texts: &[Arc<str>]) -> sqlx::Result<bool> {
-        let (now, token) = now_and_token();
-        let rows: Vec<Claimed> = sqlx::query_as(text(&texts[0]))
-            .bind(token)
-            .bind(now)
-            .bind(1_i64)
-            .fetch_all(&mut *conn)
-            .await?;
-        let Some(&(id, _, _)) = rows.first() else {
-            return Ok(false);
-        };
-        let n = sqlx::query(text(&texts[1]))
-            .bind(vec![id])
-            .bind(token)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        deleted(n, id)?;
-        Ok(true)
-    }
-
-    fn mount_row_lock(runner: Runner<Self>, table: Table, handler: Handler) -> Runner<Self> {
-        mount!(
-            Self,
-            runner,
-            Queue::table(table).row_lock().attempt("attempt"),
-            handler,
-            false,
-        )
-    }
 }
 
 impl Db for sqlx::MySql {
     const ID: &'static str = "mysql";
     const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_MYSQL_URL");
-    const ROW_LOCK: bool = true;
-
-    async fn connect(url: &str, max: u32) -> sqlx::Result<Pool<Self>> {
-        sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(max)
-            .test_before_acquire(TEST_BEFORE_ACQUIRE.load(Ordering::Relaxed))
-            .connect(url)
-            .await
-    }
 
     fn create_table(table: &str) -> String {
         format!(
@@ -335,6 +339,7 @@ impl Db for sqlx::MySql {
     }
 
     db_common!();
+    row_lock!();
 
     async fn session(conn: &mut Self::Connection) -> sqlx::Result<()> {
         sqlx::query(sql::mysql::SESSION).execute(conn).await?;
@@ -377,35 +382,20 @@ impl Db for sqlx::MySql {
         deleted(n, id)?;
         Ok(true)
     }
-
-    fn mount_row_lock(runner: Runner<Self>, table: Table, handler: Handler) -> Runner<Self> {
-        mount!(
-            Self,
-            runner,
-            Queue::table(table).row_lock().attempt("attempt"),
-            handler,
-            false,
-        )
-    }
 }
 
 impl Db for sqlx::Sqlite {
     const ID: &'static str = "sqlite";
     const URL_VAR: Option<&'static str> = None;
-    const ROW_LOCK: bool = false;
 
     async fn connect(file: &str, max: u32) -> sqlx::Result<Pool<Self>> {
-        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
         let options = SqliteConnectOptions::new()
             .filename(file)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .busy_timeout(Duration::from_secs(30));
-        SqlitePoolOptions::new()
-            .max_connections(max)
-            .test_before_acquire(TEST_BEFORE_ACQUIRE.load(Ordering::Relaxed))
-            .connect_with(options)
-            .await
+        pool_options(max).connect_with(options).await
     }
 
     fn create_table(table: &str) -> String {
@@ -416,6 +406,7 @@ impl Db for sqlx::Sqlite {
     }
 
     db_common!();
+    lease_in_two!(|id| id);
 
     fn lease_texts(table: &str) -> Vec<Arc<str>> {
         let texts = [
@@ -423,31 +414,6 @@ impl Db for sqlx::Sqlite {
             sql::sqlite::lease_delete(table, 1),
         ];
         texts.into_iter().map(Arc::from).collect()
-    }
-
-    async fn lease_one(conn: &mut Self::Connection, texts: &[Arc<str>]) -> sqlx::Result<bool> {
-        let (now, token) = now_and_token();
-        let rows: Vec<Claimed> = sqlx::query_as(text(&texts[0]))
-            .bind(token)
-            .bind(now)
-            .bind(1_i64)
-            .fetch_all(&mut *conn)
-            .await?;
-        let Some(&(id, _, _)) = rows.first() else {
-            return Ok(false);
-        };
-        let n = sqlx::query(text(&texts[1]))
-            .bind(id)
-            .bind(token)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        deleted(n, id)?;
-        Ok(true)
-    }
-
-    fn mount_row_lock(_: Runner<Self>, _: Table, _: Handler) -> Runner<Self> {
-        unreachable!("SQLite has no row lock")
     }
 }
 
@@ -553,6 +519,10 @@ fn latency_row(db: &str, case: &str, ms: Vec<f64>, note: &str) -> String {
         ),
         None => format!("| {} | {case} | 0 | — | — | — | — | {note} |", db_label(db)),
     }
+}
+
+fn failed_row(db: &str, case: &str, error: &str) -> String {
+    latency_row(db, case, Vec::new(), &format!("FAILED: {error}"))
 }
 
 fn idle_row(db: &str, case: &str, idle: Idle) -> String {
@@ -873,6 +843,12 @@ async fn latencies<DB: Db>(options: &Options, out: &Mutex<Vec<String>>) {
         println!("{line}");
         out.lock().unwrap_or_else(|e| e.into_inner()).push(line);
     };
+    let idle_case = |case: &str, result: Result<Idle, String>| {
+        push(match result {
+            Ok(idle) => idle_row(DB::ID, case, idle),
+            Err(e) => failed_row(DB::ID, case, &e),
+        });
+    };
     let forms: &[Form] = if DB::ROW_LOCK {
         &[Form::Lease, Form::RowLock, Form::Advisory]
     } else {
@@ -886,28 +862,17 @@ async fn latencies<DB: Db>(options: &Options, out: &Mutex<Vec<String>>) {
             options.jobs
         );
         let case = format!("(a) in-process wake, {}", form.label());
-        match idle::<DB>(&ctx, form, options.jobs, Arrival::Wake).await {
-            Ok(idle) => push(idle_row(DB::ID, &case, idle)),
-            Err(e) => push(latency_row(
-                DB::ID,
-                &case,
-                Vec::new(),
-                &format!("FAILED: {e}"),
-            )),
-        }
+        idle_case(
+            &case,
+            idle::<DB>(&ctx, form, options.jobs, Arrival::Wake).await,
+        );
     }
     if DB::ID == "postgres" {
         eprintln!("  {} lease: listen_notify, {} jobs", DB::ID, options.jobs);
-        let case = "(b) `listen_notify()`, lease";
-        match idle::<DB>(&ctx, Form::Lease, options.jobs, Arrival::Notify).await {
-            Ok(idle) => push(idle_row(DB::ID, case, idle)),
-            Err(e) => push(latency_row(
-                DB::ID,
-                case,
-                Vec::new(),
-                &format!("FAILED: {e}"),
-            )),
-        }
+        idle_case(
+            "(b) `listen_notify()`, lease",
+            idle::<DB>(&ctx, Form::Lease, options.jobs, Arrival::Notify).await,
+        );
     } else {
         push(format!(
             "| {} | (b) `listen_notify()` | — | n/a | n/a | n/a | n/a | PostgreSQL only |",
@@ -915,16 +880,10 @@ async fn latencies<DB: Db>(options: &Options, out: &Mutex<Vec<String>>) {
         ));
     }
     eprintln!("  {} lease: polling only, {} jobs", DB::ID, options.polled);
-    let case = format!("(c) polling only ({} ms), lease", POLL.as_millis());
-    match idle::<DB>(&ctx, Form::Lease, options.polled, Arrival::Poll).await {
-        Ok(idle) => push(idle_row(DB::ID, &case, idle)),
-        Err(e) => push(latency_row(
-            DB::ID,
-            &case,
-            Vec::new(),
-            &format!("FAILED: {e}"),
-        )),
-    }
+    idle_case(
+        &format!("(c) polling only ({} ms), lease", POLL.as_millis()),
+        idle::<DB>(&ctx, Form::Lease, options.polled, Arrival::Poll).await,
+    );
     eprintln!(
         "  {} lease: under load, backlog {}",
         DB::ID,
@@ -938,12 +897,7 @@ async fn latencies<DB: Db>(options: &Options, out: &Mutex<Vec<String>>) {
             ms,
             &format!("behind the backlog (FIFO); drained at {rate:.0} jobs/s"),
         )),
-        Err(e) => push(latency_row(
-            DB::ID,
-            &case,
-            Vec::new(),
-            &format!("FAILED: {e}"),
-        )),
+        Err(e) => push(failed_row(DB::ID, &case, &e)),
     }
     cleanup::<DB>(&ctx).await;
 }

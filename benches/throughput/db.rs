@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
+use sqlx::postgres::{PgConnectOptions, PgSslMode};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use sqlx::{AssertSqlSafe, ConnectOptions as _, Pool};
 use sqlx_queue::{Backend, Job, Queue, Runner, Table};
 
-use crate::baseline::{self, Plan};
+use crate::baseline::Baseline;
 use crate::drain::Progress;
 use crate::grid::{Cell, Form};
 use crate::krate::mount;
@@ -22,8 +24,9 @@ use crate::wire::Wire;
 /// (`--no-test-before-acquire`).
 pub(crate) static TEST_BEFORE_ACQUIRE: AtomicBool = AtomicBool::new(true);
 
-/// The few driver calls the bench makes, per database, with concrete types.
-pub(crate) trait Db: Backend {
+/// The few driver calls the bench makes, per database, with concrete types; its baseline
+/// worker is [`Baseline::work`].
+pub(crate) trait Db: Backend + Baseline {
     /// The database's name in options and output.
     const ID: &'static str;
     /// The variable with the server's URL (`None`: SQLite, in a temporary file).
@@ -33,12 +36,21 @@ pub(crate) trait Db: Backend {
     /// Its protocol, where round trips are counted on the wire.
     const WIRE: Option<Wire>;
 
+    /// The connect options of `url`, through the counting proxy at local port `proxy` (without
+    /// TLS) when there is one.
+    fn options(url: &str, proxy: Option<u16>) -> sqlx::Result<Options<Self>>;
     /// A pool of `max` connections to `url`, counting or not.
     fn connect(
         url: &str,
         max: u32,
         counting: Counting,
-    ) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send;
+    ) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send {
+        let options = match counting {
+            Counting::Off => Self::options(url, None).map(|o| o.disable_statement_logging()),
+            Counting::On(proxy) => Self::options(url, proxy),
+        };
+        async move { pool_options(max).connect_with(options?).await }
+    }
     /// The server's host and TCP port in `url`.
     fn server_address(url: &str) -> Option<(String, u16)>;
     fn create_table(table: &str) -> String;
@@ -59,12 +71,52 @@ pub(crate) trait Db: Backend {
         cell: Cell,
         progress: &Arc<Progress>,
     ) -> Runner<Self>;
-    /// One baseline worker: claim → handle → settle on its connection until nothing is left.
-    fn baseline(
-        conn: PoolConnection<Self>,
-        plan: Arc<Plan>,
-        progress: Arc<Progress>,
-    ) -> impl Future<Output = sqlx::Result<()>> + Send;
+}
+
+/// A database's connect options.
+type Options<DB> = <<DB as sqlx::Database>::Connection as sqlx::Connection>::Options;
+
+/// `Db::options` and `Db::server_address` of a database server, its connect options `$options`
+/// (from a URL), their TLS off `$no_tls`.
+macro_rules! server {
+    ($options:ty, $no_tls:expr) => {
+        fn options(url: &str, proxy: Option<u16>) -> sqlx::Result<$options> {
+            let options = <$options>::from_str(url)?;
+            Ok(match proxy {
+                Some(port) => options.host("127.0.0.1").port(port).ssl_mode($no_tls),
+                None => options,
+            })
+        }
+
+        fn server_address(url: &str) -> Option<(String, u16)> {
+            let options = <$options>::from_str(url).ok()?;
+            // A Unix socket (a path) has no TCP port to put a proxy before.
+            (!options.get_host().starts_with('/'))
+                .then(|| (options.get_host().to_owned(), options.get_port()))
+        }
+    };
+}
+
+/// `Db::FORMS` and `Db::mount`: the claim forms `$form` of the database, each mounted as
+/// `Queue::table(table).$claim($arg)`.
+macro_rules! forms {
+    ($($form:ident => $claim:ident($($arg:expr)?)),+ $(,)?) => {
+        const FORMS: &'static [Form] = &[$(Form::$form),+];
+
+        fn mount(
+            runner: Runner<Self>,
+            table: Table,
+            cell: Cell,
+            progress: &Arc<Progress>,
+        ) -> Runner<Self> {
+            let queue = Queue::table(table);
+            match cell.form {
+                $(Form::$form => mount!(Self, runner, queue.$claim($($arg)?), cell, progress),)+
+                #[allow(unreachable_patterns)]
+                form => unreachable!("{} has no {} form", Self::ID, form.label()),
+            }
+        }
+    };
 }
 
 macro_rules! db_common {
@@ -113,28 +165,11 @@ fn pool_options<DB: sqlx::Database>(max: u32) -> sqlx::pool::PoolOptions<DB> {
 impl Db for sqlx::Postgres {
     const ID: &'static str = "postgres";
     const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_PG_URL");
-    const FORMS: &'static [Form] = &[Form::RowLock, Form::Lease, Form::Advisory];
     const WIRE: Option<Wire> = Some(Wire::Postgres);
 
-    async fn connect(url: &str, max: u32, counting: Counting) -> sqlx::Result<Pool<Self>> {
-        let options = sqlx::postgres::PgConnectOptions::from_str(url)?;
-        let options = match counting {
-            Counting::Off => options.disable_statement_logging(),
-            Counting::On(None) => options,
-            Counting::On(Some(port)) => options
-                .host("127.0.0.1")
-                .port(port)
-                .ssl_mode(sqlx::postgres::PgSslMode::Disable),
-        };
-        pool_options(max).connect_with(options).await
-    }
-
-    fn server_address(url: &str) -> Option<(String, u16)> {
-        let options = sqlx::postgres::PgConnectOptions::from_str(url).ok()?;
-        // A Unix socket (a path) has no TCP port to put a proxy before.
-        (!options.get_host().starts_with('/'))
-            .then(|| (options.get_host().to_owned(), options.get_port()))
-    }
+    server!(PgConnectOptions, PgSslMode::Disable);
+    forms!(RowLock => row_lock(), Lease => lease("locked_until"), Advisory => advisory_lock());
+    db_common!();
 
     fn create_table(table: &str) -> String {
         format!(
@@ -142,55 +177,16 @@ impl Db for sqlx::Postgres {
              payload BYTEA NOT NULL, attempt INT NOT NULL DEFAULT 1, locked_until TIMESTAMPTZ)"
         )
     }
-
-    db_common!();
-
-    fn mount(
-        runner: Runner<Self>,
-        table: Table,
-        cell: Cell,
-        progress: &Arc<Progress>,
-    ) -> Runner<Self> {
-        let queue = Queue::table(table);
-        match cell.form {
-            Form::RowLock => mount!(Self, runner, queue.row_lock(), cell, progress),
-            Form::Lease => mount!(Self, runner, queue.lease("locked_until"), cell, progress),
-            Form::Advisory => mount!(Self, runner, queue.advisory_lock(), cell, progress),
-        }
-    }
-
-    async fn baseline(
-        conn: PoolConnection<Self>,
-        plan: Arc<Plan>,
-        progress: Arc<Progress>,
-    ) -> sqlx::Result<()> {
-        baseline::postgres::worker(conn, &plan, &progress).await
-    }
 }
 
 impl Db for sqlx::MySql {
     const ID: &'static str = "mysql";
     const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_MYSQL_URL");
-    const FORMS: &'static [Form] = &[Form::RowLock, Form::Lease, Form::Advisory];
     const WIRE: Option<Wire> = Some(Wire::MySql);
 
-    async fn connect(url: &str, max: u32, counting: Counting) -> sqlx::Result<Pool<Self>> {
-        let options = sqlx::mysql::MySqlConnectOptions::from_str(url)?;
-        let options = match counting {
-            Counting::Off => options.disable_statement_logging(),
-            Counting::On(None) => options,
-            Counting::On(Some(port)) => options
-                .host("127.0.0.1")
-                .port(port)
-                .ssl_mode(sqlx::mysql::MySqlSslMode::Disabled),
-        };
-        pool_options(max).connect_with(options).await
-    }
-
-    fn server_address(url: &str) -> Option<(String, u16)> {
-        let options = sqlx::mysql::MySqlConnectOptions::from_str(url).ok()?;
-        Some((options.get_host().to_owned(), options.get_port()))
-    }
+    server!(MySqlConnectOptions, MySqlSslMode::Disabled);
+    forms!(RowLock => row_lock(), Lease => lease("locked_until"), Advisory => advisory_lock());
+    db_common!();
 
     fn create_table(table: &str) -> String {
         format!(
@@ -199,49 +195,23 @@ impl Db for sqlx::MySql {
              locked_until DATETIME(6)) ENGINE = InnoDB"
         )
     }
-
-    db_common!();
-
-    fn mount(
-        runner: Runner<Self>,
-        table: Table,
-        cell: Cell,
-        progress: &Arc<Progress>,
-    ) -> Runner<Self> {
-        let queue = Queue::table(table);
-        match cell.form {
-            Form::RowLock => mount!(Self, runner, queue.row_lock(), cell, progress),
-            Form::Lease => mount!(Self, runner, queue.lease("locked_until"), cell, progress),
-            Form::Advisory => mount!(Self, runner, queue.advisory_lock(), cell, progress),
-        }
-    }
-
-    async fn baseline(
-        conn: PoolConnection<Self>,
-        plan: Arc<Plan>,
-        progress: Arc<Progress>,
-    ) -> sqlx::Result<()> {
-        baseline::mysql::worker(conn, &plan, &progress).await
-    }
 }
 
 impl Db for sqlx::Sqlite {
     const ID: &'static str = "sqlite";
     const URL_VAR: Option<&'static str> = None;
-    const FORMS: &'static [Form] = &[Form::Lease, Form::Advisory];
     const WIRE: Option<Wire> = None;
 
-    async fn connect(file: &str, max: u32, counting: Counting) -> sqlx::Result<Pool<Self>> {
-        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
-        let mut options = SqliteConnectOptions::new()
+    forms!(Lease => lease("locked_until"), Advisory => advisory_lock());
+    db_common!();
+
+    /// A file, created if missing, in WAL mode; no proxy (no wire).
+    fn options(file: &str, _proxy: Option<u16>) -> sqlx::Result<SqliteConnectOptions> {
+        Ok(SqliteConnectOptions::new()
             .filename(file)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(30));
-        if let Counting::Off = counting {
-            options = options.disable_statement_logging();
-        }
-        pool_options(max).connect_with(options).await
+            .busy_timeout(Duration::from_secs(30)))
     }
 
     fn server_address(_file: &str) -> Option<(String, u16)> {
@@ -253,30 +223,6 @@ impl Db for sqlx::Sqlite {
             "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (id INTEGER PRIMARY KEY, \
              payload BLOB NOT NULL, attempt INTEGER NOT NULL DEFAULT 1, locked_until TEXT)"
         )
-    }
-
-    db_common!();
-
-    fn mount(
-        runner: Runner<Self>,
-        table: Table,
-        cell: Cell,
-        progress: &Arc<Progress>,
-    ) -> Runner<Self> {
-        let queue = Queue::table(table);
-        match cell.form {
-            Form::RowLock => unreachable!("SQLite has no row lock"),
-            Form::Lease => mount!(Self, runner, queue.lease("locked_until"), cell, progress),
-            Form::Advisory => mount!(Self, runner, queue.advisory_lock(), cell, progress),
-        }
-    }
-
-    async fn baseline(
-        conn: PoolConnection<Self>,
-        plan: Arc<Plan>,
-        progress: Arc<Progress>,
-    ) -> sqlx::Result<()> {
-        baseline::sqlite::worker(conn, &plan, &progress).await
     }
 }
 

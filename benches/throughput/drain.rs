@@ -13,13 +13,15 @@ const STALL: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 pub(crate) struct Progress {
     base: Instant,
-    /// Nanoseconds from `base` to the first handled job, plus one (0: none yet).
+    /// Nanoseconds from `base` to the first handled job (`u64::MAX`: none yet).
     first: AtomicU64,
     handled: AtomicU64,
     /// Handler calls (the crate) or claims that took rows (the baseline).
     batches: AtomicU64,
     /// Settlements the baseline completed (the crate's are read from its `Stats`).
     pub(crate) settled: AtomicU64,
+    /// Transactions the baseline ran again after the server rolled them back (a deadlock).
+    pub(crate) retries: AtomicU64,
     duplicates: AtomicU64,
     /// Tells the baseline's workers to stop (a drain at its cap).
     pub(crate) stop: AtomicBool,
@@ -31,10 +33,11 @@ impl Progress {
     pub(crate) fn new(min_id: i64, rows: usize) -> Self {
         Progress {
             base: Instant::now(),
-            first: AtomicU64::new(0),
+            first: AtomicU64::new(u64::MAX),
             handled: AtomicU64::new(0),
             batches: AtomicU64::new(0),
             settled: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
             duplicates: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             min_id,
@@ -47,12 +50,36 @@ impl Progress {
         self.batches.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A job handled: the no-op handler of both sides.
+    /// A job handled: the no-op handler of the crate's side.
     pub(crate) fn handle(&self, id: i64) {
         if self.handled.fetch_add(1, Ordering::Relaxed) == 0 {
-            let nanos = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            self.first.store(nanos.saturating_add(1), Ordering::Relaxed);
+            self.started(Instant::now());
         }
+        self.see(id);
+    }
+
+    /// Jobs the baseline's handler took at `at`, counted once their settlement committed: a
+    /// transaction the server rolled back and the baseline ran again handled its rows twice,
+    /// and they count once.
+    pub(crate) fn handled(&self, ids: &[i64], at: Instant) {
+        if !ids.is_empty() {
+            self.handled.fetch_add(ids.len() as u64, Ordering::Relaxed);
+            self.started(at);
+        }
+        for &id in ids {
+            self.see(id);
+        }
+    }
+
+    /// The first job handled is the earliest handled at or before `at`.
+    fn started(&self, at: Instant) {
+        let nanos = u64::try_from(at.saturating_duration_since(self.base).as_nanos())
+            .unwrap_or(u64::MAX - 1);
+        self.first.fetch_min(nanos, Ordering::Relaxed);
+    }
+
+    /// Flags row `id` handled; a second time, or an unknown id, is a duplicate.
+    fn see(&self, id: i64) {
         let seen = usize::try_from(id - self.min_id)
             .ok()
             .and_then(|i| self.seen.get(i));
@@ -70,8 +97,8 @@ impl Progress {
 
     fn first(&self) -> Option<Instant> {
         match self.first.load(Ordering::Relaxed) {
-            0 => None,
-            n => Some(self.base + Duration::from_nanos(n - 1)),
+            u64::MAX => None,
+            n => Some(self.base + Duration::from_nanos(n)),
         }
     }
 
@@ -122,6 +149,7 @@ impl Progress {
             counts: end.counts,
             settled: end.settled,
             batches: self.batches.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
         })
     }
 }

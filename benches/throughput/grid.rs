@@ -150,6 +150,8 @@ pub(crate) struct Sample {
     pub(crate) settled: u64,
     /// Handler calls (the crate) or claims that took rows (the baseline).
     pub(crate) batches: u64,
+    /// Transactions the baseline ran again after a deadlock.
+    pub(crate) retries: u64,
 }
 
 impl Sample {

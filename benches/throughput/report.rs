@@ -30,8 +30,13 @@ pub(crate) fn log(db: &str, cell: Cell, round: &str, side: &str, result: &Result
             )
         })
         .unwrap_or_default();
+    let retries = match s.retries {
+        0 => String::new(),
+        n => format!(", {n} transaction(s) run again after a deadlock"),
+    };
     eprintln!(
-        "  {db} {} w{} b{} {round} {side}: {:.0} jobs/s{}, {:.0} ms CPU/1000 jobs{scans}{trips}",
+        "  {db} {} w{} b{} {round} {side}: {:.0} jobs/s{}, {:.0} ms CPU/1000 jobs{scans}{trips}\
+         {retries}",
         cell.form.label(),
         cell.workers,
         cell.batch,
@@ -114,35 +119,45 @@ pub(crate) fn summary(rows: &[Row], cap: Duration) {
         a.zip(b)
             .map_or("—".to_owned(), |(a, b)| format!("{:.2}x", b / a))
     };
+    // From one cell to another, where both ran.
+    let scaling = |what: String, from: Option<&Row>, to: Option<&Row>| {
+        if let (Some(from), Some(to)) = (from, to) {
+            println!(
+                "- {what}: {} / {}",
+                gain(median(&from.krate), median(&to.krate)),
+                gain(median(&from.baseline), median(&to.baseline)),
+            );
+        }
+    };
+    // The worker counts and batch sizes run, fewest first.
+    let run = |of: fn(&Cell) -> usize| {
+        let mut run: Vec<usize> = rows.iter().map(|r| of(&r.cell)).collect();
+        run.sort_unstable();
+        run.dedup();
+        run
+    };
+    let (workers, batches) = (run(|c| c.workers), run(|c| c.batch));
     println!("Scaling (medians, crate / baseline):");
     for db in ["postgres", "mysql", "sqlite"] {
         for form in [Form::RowLock, Form::Lease, Form::Advisory] {
-            for batch in [1, 16] {
-                let (Some(one), Some(eight)) = (find(db, form, 1, batch), find(db, form, 8, batch))
-                else {
-                    continue;
-                };
-                println!(
-                    "- {} {}, batch {batch}, 1 → 8 workers: {} / {}",
-                    db_label(db),
-                    form.label(),
-                    gain(median(&one.krate), median(&eight.krate)),
-                    gain(median(&one.baseline), median(&eight.baseline)),
-                );
+            let label = format!("{} {}", db_label(db), form.label());
+            for &batch in &batches {
+                for &n in workers.iter().skip(1) {
+                    scaling(
+                        format!("{label}, batch {batch}, {} → {n} workers", workers[0]),
+                        find(db, form, workers[0], batch),
+                        find(db, form, n, batch),
+                    );
+                }
             }
-            for workers in [1, 8] {
-                let (Some(single), Some(batched)) =
-                    (find(db, form, workers, 1), find(db, form, workers, 16))
-                else {
-                    continue;
-                };
-                println!(
-                    "- {} {}, {workers} worker(s), batch 1 → 16: {} / {}",
-                    db_label(db),
-                    form.label(),
-                    gain(median(&single.krate), median(&batched.krate)),
-                    gain(median(&single.baseline), median(&batched.baseline)),
-                );
+            for &n in &workers {
+                for &batch in batches.iter().skip(1) {
+                    scaling(
+                        format!("{label}, {n} worker(s), batch {} → {batch}", batches[0]),
+                        find(db, form, n, batches[0]),
+                        find(db, form, n, batch),
+                    );
+                }
             }
         }
     }

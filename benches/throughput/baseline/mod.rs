@@ -1,18 +1,48 @@
 //! Side B: the baseline, `workers` independent tokio tasks, each on a connection of its own,
 //! looping claim → handle → settle with the fewest statements each claim form allows, in the
 //! bench's own SQL text (`benches/sql/baseline.rs`), a batch of up to `batch` rows at a time.
+//!
+//! A transaction the server rolls back as a deadlock victim (MariaDB/MySQL's row lock and lease
+//! forms, whose statements can scan past rows other workers hold) runs again, as a hand-written
+//! worker would run it; its rows count as handled once, when their settlement has committed.
 
-pub(crate) mod mysql;
-pub(crate) mod postgres;
-pub(crate) mod sqlite;
+/// `$transaction`, an expression that runs one transaction to its result, run again while
+/// [`again`] says so.
+macro_rules! retried {
+    ($progress:expr, $transaction:expr) => {{
+        let mut tries = 0;
+        loop {
+            match $transaction {
+                Err(e) if $crate::baseline::again(&e, &mut tries, $progress) => {}
+                result => break result,
+            }
+        }
+    }};
+}
+
+/// Binds each id, in order (`IN (?, ?, …)`).
+macro_rules! bind_ids {
+    ($query:expr, $ids:expr) => {
+        $ids.iter().fold($query, |query, id| query.bind(*id))
+    };
+}
+
+mod mysql;
+mod postgres;
+mod shared;
+mod sqlite;
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use chrono::{DateTime, SubsecRound as _, TimeDelta, Utc};
-use sqlx::AssertSqlSafe;
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Database, Encode, Type};
 
+use self::shared::Worker;
 use crate::count;
 use crate::db::{Ctx, Db};
 use crate::drain::{Progress, cpu_ticks, wait_settled};
@@ -20,6 +50,12 @@ use crate::grid::{Cell, Form, Sample};
 
 /// The lease the baseline writes (the crate's default).
 const LEASE: TimeDelta = TimeDelta::seconds(30);
+
+/// Times in a row a transaction runs again after a deadlock before its worker fails.
+const RETRIES: u32 = 20;
+
+/// A statement's text, built once per drain.
+type Text = Arc<str>;
 
 /// A claimed row: id, payload, attempt.
 type Claimed = (i64, Vec<u8>, i32);
@@ -62,19 +98,19 @@ impl Plan {
     }
 
     /// One text per id list length, 1 to `batch`: `texts[n - 1]`.
-    fn texts(&self, text: impl Fn(&str, usize) -> String) -> Vec<Arc<str>> {
+    fn texts(&self, text: impl Fn(&str, usize) -> String) -> Vec<Text> {
         (1..=self.batch)
             .map(|n| Arc::from(text(&self.table, n)))
             .collect()
     }
 
-    fn text(&self, text: impl Fn(&str) -> String) -> Arc<str> {
+    fn text(&self, text: impl Fn(&str) -> String) -> Text {
         Arc::from(text(&self.table))
     }
 }
 
 /// A statement's text, as sqlx takes it.
-fn sql(text: &Arc<str>) -> AssertSqlSafe<Arc<str>> {
+fn sql(text: &Text) -> AssertSqlSafe<Text> {
     AssertSqlSafe(Arc::clone(text))
 }
 
@@ -85,15 +121,37 @@ fn now_and_token() -> (DateTime<Utc>, DateTime<Utc>) {
     (now, now + LEASE)
 }
 
-/// The handler of a batch: each row handled, their ids returned.
-fn handle(progress: &Progress, rows: &[Claimed]) -> Vec<i64> {
-    progress.batch();
-    rows.iter()
-        .map(|&(id, _, _)| {
-            progress.handle(id);
-            id
-        })
-        .collect()
+/// A batch the handler took: its ids, and when.
+struct Handled {
+    ids: Vec<i64>,
+    at: Instant,
+}
+
+/// The handler of a batch: a no-op on each row. Its rows count as handled once their
+/// settlement committed ([`settled`]): a transaction the server rolled back hands them to the
+/// handler again when it runs again, and they count once.
+fn handle(rows: &[Claimed]) -> Handled {
+    Handled {
+        ids: rows.iter().map(|&(id, _, _)| id).collect(),
+        at: Instant::now(),
+    }
+}
+
+/// Whether a transaction that failed with `error` runs again: the server rolled it back as a
+/// deadlock victim or a serialization failure (SQLSTATE 40001, which MariaDB/MySQL's deadlock,
+/// error 1213, carries; PostgreSQL's deadlock is 40P01), and a hand-written worker retries
+/// that, here up to [`RETRIES`] times in a row (`tries`). Each retry is counted.
+fn again(error: &sqlx::Error, tries: &mut u32, progress: &Progress) -> bool {
+    let rolled_back = error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .is_some_and(|code| matches!(&*code, "40001" | "40P01"));
+    if !rolled_back || *tries == RETRIES {
+        return false;
+    }
+    *tries += 1;
+    progress.retries.fetch_add(1, Ordering::Relaxed);
+    true
 }
 
 /// Checks a settlement changed one row per id.
@@ -108,10 +166,32 @@ fn expect(changed: u64, ids: &[i64], what: &str) -> sqlx::Result<()> {
     }
 }
 
-fn settled(progress: &Progress, ids: &[i64]) {
+/// A batch settled and committed: its claim, its rows handled, and their settlements counted.
+fn settled(progress: &Progress, handled: &Handled) {
+    progress.batch();
+    progress.handled(&handled.ids, handled.at);
     progress
         .settled
-        .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        .fetch_add(handled.ids.len() as u64, Ordering::Relaxed);
+}
+
+/// A database's baseline: its worker, and how its statements take a list of ids.
+pub(crate) trait Baseline: Database {
+    /// One worker: claim → handle → settle on its connection until nothing is left.
+    fn work(worker: Worker<'_, Self>) -> impl Future<Output = sqlx::Result<()>> + Send;
+
+    /// The statement of `texts` on `ids`, bound: MySQL/MariaDB and SQLite have one text per
+    /// list length (`IN (?, ?, …)`, `texts[n - 1]`), which takes each id; PostgreSQL has one,
+    /// which takes the ids as one array (`= ANY($1)`).
+    fn on_ids(texts: &[Text], ids: &[i64]) -> Query<'static, Self, Self::Arguments>
+    where
+        i64: for<'q> Encode<'q, Self> + Type<Self>,
+    {
+        bind_ids!(sqlx::query(sql(&texts[ids.len() - 1])), ids)
+    }
+
+    /// The rows a statement changed.
+    fn changed(result: &Self::QueryResult) -> u64;
 }
 
 /// One drain by the baseline; `counted`: with its statements counted (and its rate not kept).
@@ -128,8 +208,8 @@ pub(crate) async fn run<DB: Db>(ctx: &Ctx, cell: Cell, counted: bool) -> Result<
         .map(|_| {
             let (pool, plan, progress) = (pool.clone(), Arc::clone(&plan), Arc::clone(&progress));
             tokio::spawn(async move {
-                let conn = pool.acquire().await?;
-                DB::baseline(conn, plan, progress).await
+                let mut conn = pool.acquire().await?;
+                DB::work(Worker::new(&mut *conn, &plan, &progress)).await
             })
         })
         .collect();

@@ -1,118 +1,71 @@
 //! The baseline on PostgreSQL.
 
-use sqlx::pool::PoolConnection;
-use sqlx::{Connection as _, PgConnection, Postgres};
+use sqlx::Postgres;
+use sqlx::postgres::{PgArguments, PgQueryResult};
+use sqlx::query::Query;
 
-use super::{Claimed, Plan, expect, handle, now_and_token, settled, sql};
-use crate::drain::Progress;
+use super::shared::Worker;
+use super::{Baseline, Claimed, Text, settled, sql};
 use crate::grid::Form;
 use crate::sql::postgres as text;
 
-pub(crate) async fn worker(
-    mut conn: PoolConnection<Postgres>,
-    plan: &Plan,
-    progress: &Progress,
-) -> sqlx::Result<()> {
-    match plan.form {
-        Form::RowLock => row_lock(&mut conn, plan, progress).await,
-        Form::Lease => lease(&mut conn, plan, progress).await,
-        Form::Advisory => advisory(&mut conn, plan, progress).await,
-    }
-}
-
-/// `BEGIN`, claim, handle, `DELETE`, `COMMIT`.
-async fn row_lock(conn: &mut PgConnection, plan: &Plan, progress: &Progress) -> sqlx::Result<()> {
-    let claim = plan.text(text::row_lock_claim);
-    let delete = plan.text(text::delete);
-    while !progress.stopped() {
-        let mut tx = conn.begin().await?;
-        let rows: Vec<Claimed> = sqlx::query_as(sql(&claim))
-            .bind(plan.limit())
-            .fetch_all(&mut *tx)
-            .await?;
-        if rows.is_empty() {
-            return tx.commit().await;
+impl Baseline for Postgres {
+    async fn work(mut worker: Worker<'_, Self>) -> sqlx::Result<()> {
+        let plan = worker.plan;
+        match plan.form {
+            Form::RowLock => {
+                let claim = plan.text(text::row_lock_claim);
+                worker.row_lock(&claim, &[plan.text(text::delete)]).await
+            }
+            Form::Lease => {
+                let claim = plan.text(text::lease_claim);
+                worker.lease(&claim, &[plan.text(text::lease_delete)]).await
+            }
+            Form::Advisory => advisory(&mut worker).await,
         }
-        let ids = handle(progress, &rows);
-        let deleted = sqlx::query(sql(&delete))
-            .bind(&ids)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        expect(deleted, &ids, "DELETE")?;
-        tx.commit().await?;
-        settled(progress, &ids);
     }
-    Ok(())
-}
 
-/// Claim, handle, `DELETE`.
-async fn lease(conn: &mut PgConnection, plan: &Plan, progress: &Progress) -> sqlx::Result<()> {
-    let claim = plan.text(text::lease_claim);
-    let delete = plan.text(text::lease_delete);
-    while !progress.stopped() {
-        let (now, token) = now_and_token();
-        let rows: Vec<Claimed> = sqlx::query_as(sql(&claim))
-            .bind(token)
-            .bind(now)
-            .bind(plan.limit())
-            .fetch_all(&mut *conn)
-            .await?;
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let ids = handle(progress, &rows);
-        let deleted = sqlx::query(sql(&delete))
-            .bind(&ids)
-            .bind(token)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        expect(deleted, &ids, "DELETE")?;
-        settled(progress, &ids);
+    fn on_ids(texts: &[Text], ids: &[i64]) -> Query<'static, Self, PgArguments> {
+        sqlx::query(sql(&texts[0])).bind(ids)
     }
-    Ok(())
+
+    fn changed(result: &PgQueryResult) -> u64 {
+        result.rows_affected()
+    }
 }
 
 /// Lock, take, handle, `DELETE`, unlock.
-async fn advisory(conn: &mut PgConnection, plan: &Plan, progress: &Progress) -> sqlx::Result<()> {
+async fn advisory(worker: &mut Worker<'_, Postgres>) -> sqlx::Result<()> {
+    let (plan, progress) = (worker.plan, worker.progress);
     let lock = plan.text(text::advisory_lock);
     let take = plan.text(text::advisory_take);
-    let delete = plan.text(text::delete);
+    let delete = [plan.text(text::delete)];
     let unlock = plan.text(|_| text::advisory_unlock());
     while !progress.stopped() {
         let locked: Vec<i64> = sqlx::query_scalar(sql(&lock))
             .bind(plan.key_class)
             .bind(plan.limit())
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut *worker.conn)
             .await?;
         if locked.is_empty() {
             return Ok(());
         }
         let rows: Vec<Claimed> = sqlx::query_as(sql(&take))
             .bind(&locked)
-            .fetch_all(&mut *conn)
+            .fetch_all(&mut *worker.conn)
             .await?;
-        let ids = handle(progress, &rows);
-        if !ids.is_empty() {
-            let deleted = sqlx::query(sql(&delete))
-                .bind(&ids)
-                .execute(&mut *conn)
-                .await?
-                .rows_affected();
-            expect(deleted, &ids, "DELETE")?;
-        }
+        let handled = worker.delete_handled(&rows, &delete).await?;
         let released: Option<bool> = sqlx::query_scalar(sql(&unlock))
             .bind(plan.key_class)
             .bind(&locked)
-            .fetch_one(&mut *conn)
+            .fetch_one(&mut *worker.conn)
             .await?;
         if released != Some(true) {
             return Err(sqlx::Error::Protocol(format!(
                 "unlock of {locked:?}: a key was not held"
             )));
         }
-        settled(progress, &ids);
+        settled(progress, &handled);
     }
     Ok(())
 }
