@@ -53,7 +53,7 @@ async fn process_crash<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     let ledger = ctx.deliveries_ledger(&t).await;
     let ids = fill(&ctx, &t, ROWS).await;

@@ -29,7 +29,7 @@ async fn lease_expiry<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t).retry_after("retry_after");
     let id = DB::enqueue(&ctx.pool, &jobs, Job::new("slow"))
         .await

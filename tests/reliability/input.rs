@@ -104,7 +104,7 @@ async fn hostile_names<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let canary = ctx.table(Spec::queue()).await;
+    let canary = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&canary).retry_after("retry_after");
     DB::enqueue(&ctx.pool, &jobs, Job::new("canary"))
         .await
@@ -181,7 +181,7 @@ async fn hostile_names<DB: TestDb>() {
         while kept.len() < limit {
             kept.push('k');
         }
-        ctx.create(&kept, &DB::ddl(&kept, Spec::queue())).await;
+        ctx.create(&kept, &DB::ddl(&kept, Spec::lease())).await;
         DB::enqueue(&ctx.pool, &Table::new(&kept), Job::new("kept"))
             .await
             .unwrap();
@@ -204,7 +204,7 @@ async fn hostile_names<DB: TestDb>() {
     // Letters of any script and inner spaces are names: quoted, and used as given.
     let table = format!("r_{} jöbs 名前", unique());
     let column = "nutzlast ü";
-    let ddl = DB::ddl(&quoted::<DB>(&table), Spec::queue())
+    let ddl = DB::ddl(&quoted::<DB>(&table), Spec::lease())
         .replace("payload ", &format!("{} ", quoted::<DB>(column)));
     ctx.create(&quoted::<DB>(&table), &ddl).await;
     let jobs = Table::new(&table)
@@ -223,7 +223,7 @@ async fn hostile_names<DB: TestDb>() {
     let grouped = ctx
         .table(Spec {
             group: true,
-            ..Spec::queue()
+            ..Spec::lease()
         })
         .await;
     let value = format!("'); DROP TABLE {canary}; --");
@@ -287,7 +287,7 @@ async fn wrong_types<DB: TestDb>() {
     ];
     for (column, right, wrong) in cases {
         let table = format!("r_{}", unique());
-        let ddl = DB::ddl(&table, Spec::queue());
+        let ddl = DB::ddl(&table, Spec::lease());
         assert!(ddl.contains(&right), "{ddl}");
         ctx.create(&table, &ddl.replace(&right, &wrong)).await;
         let (started, _) = start(&ctx, Table::new(&table).retry_after("retry_after"), None).await;
@@ -324,7 +324,7 @@ async fn payloads<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t).retry_after("retry_after");
     let shapes: Vec<(&str, Vec<u8>)> = vec![
         ("0 bytes", Vec::new()),
@@ -370,7 +370,7 @@ async fn payloads<DB: TestDb, F: Form<DB>>() {
 
     let seen: Arc<Mutex<HashMap<i64, Vec<u8>>>> = Arc::default();
     let reported = Arc::clone(&seen);
-    let queue = F::apply(Queue::table(jobs), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs), Duration::from_secs(30))
         .attempt("attempt")
         .workers(4)
         .handler(move |d: Delivery<DB>| {
@@ -430,9 +430,9 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
     let good = |i: usize| Job::json(&serde_json::json!({ "email": format!("{i}@example.com") }));
 
     // Capped, with a dead-letter table: bad payloads move there, byte for byte.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let dead = format!("{t}_dead");
-    ctx.create(&dead, &DB::ddl(&dead, Spec::queue())).await;
+    ctx.create(&dead, &DB::ddl(&dead, Spec::lease())).await;
     let jobs = Table::new(&t).retry_after("retry_after");
     let mut bad_ids = Vec::new();
     for (i, bytes) in bad.iter().enumerate() {
@@ -450,7 +450,7 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
         .unwrap();
     let emails: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = Arc::clone(&emails);
-    let queue = F::apply(Queue::table(jobs.clone()), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs.clone()), Duration::from_secs(30))
         .attempt("attempt")
         .max_attempts(3)
         .dead_letter(DeadLetter::table(&dead))
@@ -481,7 +481,7 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
     }
 
     // Uncapped: bad payloads are dropped, and the runner goes on.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t).retry_after("retry_after");
     for (i, bytes) in bad.iter().enumerate() {
         DB::enqueue(&ctx.pool, &jobs, Job::new(bytes))
@@ -493,7 +493,7 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
     }
     let emails: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = Arc::clone(&emails);
-    let queue = F::apply(Queue::table(jobs), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs), Duration::from_secs(30))
         .attempt("attempt")
         .json_handler(move |signup: Signup, _: Delivery<DB>| {
             seen.lock().unwrap().push(signup.email);

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 use crate::crash::fill;
 use crate::support::{
     AdvisoryForm, ConnIds, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb,
-    assert_handled, assert_nothing_held, micros_now, ms, overlaps, pool_for, report, spread,
+    assert_handled, assert_nothing_held, micros_now, ms, overlaps, pool_for, recv, report, spread,
     unique, wait_for,
 };
 
@@ -41,7 +41,7 @@ async fn killed_connections<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     let ids = fill(&ctx, &t, ROWS).await;
     let tag = format!("sqlxq-killed-{}", unique());
@@ -57,7 +57,7 @@ async fn killed_connections<DB: TestDb, F: Form<DB>>() {
     .unwrap();
     let journal = Arc::new(Journal::default());
     let handlers = Arc::clone(&journal);
-    let queue = F::apply(
+    let queue = F::apply_leasing(
         Queue::table(Table::new(&t).retry_after("retry_after")),
         LEASE,
     )
@@ -176,7 +176,7 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     let ids = fill(&ctx, &t, 1).await;
     let tag = format!("sqlxq-loss-{}", unique());
@@ -193,7 +193,7 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
     let (first_started, mut first) = tokio::sync::mpsc::unbounded_channel();
     let gate = Arc::new(tokio::sync::Semaphore::new(0));
     let first_gate = Arc::clone(&gate);
-    let queue = F::apply(
+    let queue = F::apply_leasing(
         Queue::table(Table::new(&t).retry_after("retry_after")),
         LEASE,
     )
@@ -212,11 +212,11 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
         .start()
         .await
         .unwrap();
-    assert_eq!(recv(&mut first, "the first delivery").await, ids[0]);
+    assert_eq!(recv(&mut first, "the first delivery", 10).await, ids[0]);
 
     let second_pool = ctx.pool(2).await;
     let (second_started, mut second) = tokio::sync::mpsc::unbounded_channel();
-    let queue = F::apply(
+    let queue = F::apply_leasing(
         Queue::table(Table::new(&t).retry_after("retry_after")),
         LEASE,
     )
@@ -260,7 +260,7 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
         .unwrap();
     let killed = Instant::now();
     assert!(ended > 0, "no session of the first runner was found to end");
-    assert_eq!(recv(&mut second, "the second delivery").await, ids[0]);
+    assert_eq!(recv(&mut second, "the second delivery", 10).await, ids[0]);
     let second_after = killed.elapsed();
     // Both handlers are in work now: the first still waits at its gate.
     gate.add_permits(1);
@@ -293,12 +293,4 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
         second_after.as_millis()
     ));
     ctx.drop_tables().await;
-}
-
-/// The next id from `rx`, failing the test after 10 s.
-async fn recv(rx: &mut tokio::sync::mpsc::UnboundedReceiver<i64>, what: &str) -> i64 {
-    tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .unwrap_or_else(|_| panic!("timed out after 10 s waiting for {what}"))
-        .unwrap()
 }

@@ -47,9 +47,9 @@ async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
     let need = pool_for(WORKERS);
 
     // Too small: refused at start, naming the size it needs.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let small = ctx.pool(need - 1).await;
-    let transactional = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
+    let transactional = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30))
         .transactional()
         .workers(WORKERS)
         .handler(|_: Delivery<DB, Transactional>| async { Outcome::ack() });
@@ -67,7 +67,7 @@ async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
         "{error}"
     );
     if F::HOLDS {
-        let plain = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
+        let plain = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30))
             .workers(WORKERS)
             .handler(|_: Delivery<DB>| async { Outcome::ack() });
         let refused = Runner::new(small.clone()).mount(plain).start().await;
@@ -120,14 +120,14 @@ async fn under_load<DB: TestDb, F: Form<DB>>(
     pool: &Pool<DB>,
     transactional: bool,
 ) -> String {
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     let ids = fill(ctx, &t, ROWS).await;
     let journal = Arc::new(Journal::default());
     let runner = Runner::new(pool.clone())
         .poll_interval(Duration::from_millis(20))
         .shutdown_timeout(SHUTDOWN_TIMEOUT);
-    let queue = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30)).workers(WORKERS);
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30)).workers(WORKERS);
     let handlers = Arc::clone(&journal);
     let running = if transactional {
         let handler = move |d: Delivery<DB, Transactional>| {

@@ -88,7 +88,7 @@ struct Drain<DB: TestDb> {
 }
 
 async fn start_drain<DB: TestDb, F: Form<DB>>(ctx: &mut Ctx<DB>) -> Drain<DB> {
-    let table = ctx.table(Spec::queue()).await;
+    let table = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&table).await;
     let ids = fill(ctx, &table, ROWS).await;
     let journal = Arc::new(Journal::default());
@@ -103,7 +103,7 @@ async fn start_drain<DB: TestDb, F: Form<DB>>(ctx: &mut Ctx<DB>) -> Drain<DB> {
     .await
     .unwrap();
     let handlers = Arc::clone(&journal);
-    let queue = F::apply(
+    let queue = F::apply_leasing(
         Queue::table(Table::new(&table).retry_after("retry_after")),
         LEASE,
     )

@@ -49,12 +49,12 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     let pool = ctx.pool(pool_for(WORKERS)).await;
 
     // Handlers that finish: they are let finish, and settled.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     fill(&ctx, &t, 5 * WORKERS).await;
     let journal = Arc::new(Journal::default());
     let handlers = Arc::clone(&journal);
-    let queue = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30))
         .attempt("attempt")
         .workers(WORKERS)
         .handler(move |d: Delivery<DB>| {
@@ -98,11 +98,11 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     let fresh = all_at_once::<DB, F>(&ctx, &t, left).await;
 
     // Handlers that never end: cancelled at the timeout, their rows released at once.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     fill(&ctx, &t, 2 * WORKERS).await;
     let journal = Arc::new(Journal::default());
     let handlers = Arc::clone(&journal);
-    let queue = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30))
         .attempt("attempt")
         .workers(WORKERS)
         .handler(move |d: Delivery<DB>| {
@@ -126,7 +126,7 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     }
     assert_nothing_held::<DB, F>(&ctx, &t, None).await;
     // Lease and advisory count an attempt at the claim; a row lock's rollback does not.
-    let counted = if F::NAME == "row_lock" { 0 } else { 8 };
+    let counted = if F::COUNTS_AT_TAKE { 8 } else { 0 };
     assert_eq!(
         ctx.count(&t, "attempt = 2").await,
         counted,
@@ -164,7 +164,7 @@ pub(crate) async fn all_at_once<DB: TestDb, F: Form<DB>>(
     let (started, mut seen) = mpsc::unbounded_channel();
     let go = Arc::new(Semaphore::new(0));
     let gate = Arc::clone(&go);
-    let queue = F::apply(Queue::table(jobs(t)), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs(t)), Duration::from_secs(30))
         .attempt("attempt")
         .workers(rows)
         .handler(move |d: Delivery<DB>| {

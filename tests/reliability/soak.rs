@@ -89,9 +89,9 @@ fn fate(seed: u64, id: i64) -> (Fate, u32) {
 
 /// The queue table, its dead letter and its effects.
 async fn tables<DB: TestDb>(ctx: &mut Ctx<DB>, rows: usize) -> (String, Vec<i64>) {
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let dead = format!("{t}_dead");
-    ctx.create(&dead, &DB::ddl(&dead, Spec::queue())).await;
+    ctx.create(&dead, &DB::ddl(&dead, Spec::lease())).await;
     let effects = format!("{t}_effects");
     let ddl = format!(
         "CREATE TABLE {effects} (job BIGINT NOT NULL, attempt BIGINT NOT NULL, pid BIGINT NOT NULL)"

@@ -1,5 +1,5 @@
-//! The databases: what the scenarios run on each (copied from `tests/it/support.rs` and
-//! extended with server sessions, locks and triggers).
+//! The databases: on top of what `tests/it` shares with the scenarios (`common::databases`),
+//! server sessions, locks and triggers.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -8,7 +8,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sqlx::{Pool, Row as _};
-use sqlx_queue::{Backend, Job, Table};
+
+use super::common::databases::{Db, Spec, create_table, placeholders};
 
 /// How long a test pool waits for a connection.
 const ACQUIRE: Duration = Duration::from_secs(20);
@@ -17,11 +18,7 @@ const ACQUIRE: Duration = Duration::from_secs(20);
 pub(crate) type ConnIds = Arc<Mutex<Vec<i64>>>;
 
 /// A database the scenarios run against.
-pub(crate) trait TestDb: Backend + Sized {
-    /// The environment variable with the server's URL (`None`: SQLite, always available).
-    const URL_VAR: Option<&'static str>;
-    const LABEL: &'static str;
-
+pub(crate) trait TestDb: Db {
     /// A pool of `max` connections on `url` (SQLite: a file).
     fn connect(url: &str, max: u32) -> impl Future<Output = Pool<Self>> + Send;
     /// A pool whose connections record their server ids in `ids` when they connect, and (on
@@ -33,14 +30,6 @@ pub(crate) trait TestDb: Backend + Sized {
         tag: &str,
         ids: ConnIds,
     ) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send;
-    fn exec(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<u64>> + Send;
-    /// Runs `sql` with one `?` placeholder, bound to `time`.
-    fn exec_time(
-        pool: &Pool<Self>,
-        sql: &str,
-        time: DateTime<Utc>,
-    ) -> impl Future<Output = sqlx::Result<u64>> + Send;
-    fn count(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<i64>> + Send;
     fn count_time(
         pool: &Pool<Self>,
         sql: &str,
@@ -51,12 +40,6 @@ pub(crate) trait TestDb: Backend + Sized {
         pool: &Pool<Self>,
         sql: &str,
     ) -> impl Future<Output = sqlx::Result<Vec<Vec<Option<i64>>>>> + Send;
-    fn bytes(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<Vec<u8>>> + Send;
-    /// Runs `sql` on `conn` (a transaction is opened and ended with plain statements).
-    fn exec_on(
-        conn: &mut Self::Connection,
-        sql: &str,
-    ) -> impl Future<Output = sqlx::Result<u64>> + Send;
     fn exec_time_on(
         conn: &mut Self::Connection,
         sql: &str,
@@ -69,19 +52,10 @@ pub(crate) trait TestDb: Backend + Sized {
     /// `Err` when any row is locked.
     fn nowait_all(pool: &Pool<Self>, table: &str)
     -> impl Future<Output = sqlx::Result<u64>> + Send;
-    fn ddl(table: &str, spec: Spec) -> String;
-    /// `Table::enqueue` on the pool (written per database: sqlx's executor bounds do not
-    /// follow a generic `DB`).
-    fn enqueue(
-        pool: &Pool<Self>,
-        table: &Table,
-        job: Job<'_>,
-    ) -> impl Future<Output = sqlx_queue::Result<i64>> + Send;
-    fn enqueue_many(
-        pool: &Pool<Self>,
-        table: &Table,
-        jobs: &[Job<'_>],
-    ) -> impl Future<Output = sqlx_queue::Result<u64>> + Send;
+    /// `CREATE TABLE table` with `spec`'s columns, `attempt` a `BIGINT` on every database.
+    fn ddl(table: &str, spec: Spec) -> String {
+        create_table::<Self>(table, spec, "BIGINT")
+    }
     /// A table `settled` and a trigger that writes the id of every row deleted from `table`.
     fn settled_ledger(table: &str, settled: &str) -> Vec<String>;
     /// What the trigger of `settled_ledger` leaves besides its tables.
@@ -94,50 +68,8 @@ pub(crate) trait TestDb: Backend + Sized {
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
 }
 
-/// The columns a test table has beyond `id` and `payload`.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Spec {
-    pub(crate) group: bool,
-    pub(crate) attempt: bool,
-    pub(crate) lease: bool,
-    pub(crate) retry_after: bool,
-}
-
-impl Spec {
-    /// `attempt`, `locked_until` and `retry_after`: the README's schema without groups.
-    pub(crate) fn queue() -> Self {
-        Spec {
-            attempt: true,
-            lease: true,
-            retry_after: true,
-            ..Spec::default()
-        }
-    }
-}
-
-macro_rules! test_db_common {
+macro_rules! test_db_calls {
     () => {
-        async fn exec(pool: &Pool<Self>, sql: &str) -> sqlx::Result<u64> {
-            let done = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected())
-        }
-
-        async fn exec_time(pool: &Pool<Self>, sql: &str, time: DateTime<Utc>) -> sqlx::Result<u64> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(placeholders::<Self>(sql)))
-                .bind(time)
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected())
-        }
-
-        async fn count(pool: &Pool<Self>, sql: &str) -> sqlx::Result<i64> {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                .fetch_one(pool)
-                .await
-        }
-
         async fn count_time(
             pool: &Pool<Self>,
             sql: &str,
@@ -162,19 +94,6 @@ macro_rules! test_db_common {
                 .collect()
         }
 
-        async fn bytes(pool: &Pool<Self>, sql: &str) -> sqlx::Result<Vec<u8>> {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                .fetch_one(pool)
-                .await
-        }
-
-        async fn exec_on(conn: &mut Self::Connection, sql: &str) -> sqlx::Result<u64> {
-            let done = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected())
-        }
-
         async fn exec_time_on(
             conn: &mut Self::Connection,
             sql: &str,
@@ -185,22 +104,6 @@ macro_rules! test_db_common {
                 .execute(conn)
                 .await?;
             Ok(done.rows_affected())
-        }
-
-        async fn enqueue(
-            pool: &Pool<Self>,
-            table: &Table,
-            job: Job<'_>,
-        ) -> sqlx_queue::Result<i64> {
-            table.enqueue(pool, job).await
-        }
-
-        async fn enqueue_many(
-            pool: &Pool<Self>,
-            table: &Table,
-            jobs: &[Job<'_>],
-        ) -> sqlx_queue::Result<u64> {
-            table.enqueue_many(pool, jobs).await
         }
 
         async fn nowait_all(pool: &Pool<Self>, table: &str) -> sqlx::Result<u64> {
@@ -215,28 +118,7 @@ macro_rules! test_db_common {
     };
 }
 
-/// `?` placeholders as the database writes them.
-pub(crate) fn placeholders<DB: TestDb>(sql: &str) -> String {
-    if DB::LABEL != "postgres" {
-        return sql.to_owned();
-    }
-    let mut n = 0;
-    sql.chars()
-        .map(|c| {
-            if c == '?' {
-                n += 1;
-                format!("${n}")
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 impl TestDb for sqlx::Sqlite {
-    const URL_VAR: Option<&'static str> = None;
-    const LABEL: &'static str = "sqlite";
-
     async fn connect(url: &str, max: u32) -> Pool<Self> {
         Self::connect_tagged(url, max, ACQUIRE, "", ConnIds::default())
             .await
@@ -250,34 +132,17 @@ impl TestDb for sqlx::Sqlite {
         _tag: &str,
         _ids: ConnIds,
     ) -> sqlx::Result<Pool<Self>> {
-        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-        let options = SqliteConnectOptions::new()
-            .filename(url)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(10));
-        SqlitePoolOptions::new()
+        sqlx::sqlite::SqlitePoolOptions::new()
             .max_connections(max)
             .acquire_timeout(acquire)
-            .connect_with(options)
+            .connect_with(Self::connect_options(url))
             .await
     }
 
-    test_db_common!();
+    test_db_calls!();
 
     fn lock_row(_table: &str, _id: i64) -> Vec<String> {
         vec!["BEGIN IMMEDIATE".to_owned()]
-    }
-
-    fn ddl(table: &str, spec: Spec) -> String {
-        columns(
-            table,
-            spec,
-            "id INTEGER PRIMARY KEY",
-            "BLOB NOT NULL",
-            "TEXT",
-            "TEXT",
-        )
     }
 
     fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
@@ -300,9 +165,6 @@ impl TestDb for sqlx::Sqlite {
 }
 
 impl TestDb for sqlx::Postgres {
-    const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_PG_URL");
-    const LABEL: &'static str = "postgres";
-
     async fn connect(url: &str, max: u32) -> Pool<Self> {
         Self::connect_tagged(
             url,
@@ -322,8 +184,7 @@ impl TestDb for sqlx::Postgres {
         tag: &str,
         ids: ConnIds,
     ) -> sqlx::Result<Pool<Self>> {
-        use std::str::FromStr as _;
-        let options = sqlx::postgres::PgConnectOptions::from_str(url)?.application_name(tag);
+        let options = Self::connect_options(url).application_name(tag);
         sqlx::postgres::PgPoolOptions::new()
             .max_connections(max)
             .acquire_timeout(acquire)
@@ -341,24 +202,13 @@ impl TestDb for sqlx::Postgres {
             .await
     }
 
-    test_db_common!();
+    test_db_calls!();
 
     fn lock_row(table: &str, id: i64) -> Vec<String> {
         vec![
             "BEGIN".to_owned(),
             format!("SELECT id FROM {table} WHERE id = {id} FOR UPDATE"),
         ]
-    }
-
-    fn ddl(table: &str, spec: Spec) -> String {
-        columns(
-            table,
-            spec,
-            "id BIGSERIAL PRIMARY KEY",
-            "BYTEA NOT NULL",
-            "TEXT",
-            "TIMESTAMPTZ",
-        )
     }
 
     fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
@@ -392,9 +242,6 @@ impl TestDb for sqlx::Postgres {
 }
 
 impl TestDb for sqlx::MySql {
-    const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_MYSQL_URL");
-    const LABEL: &'static str = "mysql";
-
     async fn connect(url: &str, max: u32) -> Pool<Self> {
         Self::connect_tagged(url, max, ACQUIRE, "", ConnIds::default())
             .await
@@ -421,28 +268,17 @@ impl TestDb for sqlx::MySql {
                     Ok(())
                 }) as BoxFuture<'_, sqlx::Result<()>>
             })
-            .connect(url)
+            .connect_with(Self::connect_options(url))
             .await
     }
 
-    test_db_common!();
+    test_db_calls!();
 
     fn lock_row(table: &str, id: i64) -> Vec<String> {
         vec![
             "BEGIN".to_owned(),
             format!("SELECT id FROM {table} WHERE id = {id} FOR UPDATE"),
         ]
-    }
-
-    fn ddl(table: &str, spec: Spec) -> String {
-        columns(
-            table,
-            spec,
-            "id BIGINT AUTO_INCREMENT PRIMARY KEY",
-            "LONGBLOB NOT NULL",
-            "VARCHAR(64)",
-            "DATETIME(6)",
-        )
     }
 
     fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
@@ -486,21 +322,4 @@ impl TestDb for sqlx::MySql {
         }
         Ok(ended)
     }
-}
-
-fn columns(table: &str, spec: Spec, id: &str, payload: &str, text: &str, time: &str) -> String {
-    let mut ddl = format!("CREATE TABLE {table} ({id}, payload {payload}");
-    if spec.group {
-        ddl += &format!(", queue {text}");
-    }
-    if spec.attempt {
-        ddl += ", attempt BIGINT NOT NULL DEFAULT 1";
-    }
-    if spec.lease {
-        ddl += &format!(", locked_until {time}");
-    }
-    if spec.retry_after {
-        ddl += &format!(", retry_after {time}");
-    }
-    ddl + ")"
 }
