@@ -7,12 +7,15 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use sqlx::pool::PoolOptions;
 use sqlx::{Pool, Row as _};
 
 use super::common::databases::{Db, Spec, create_table, placeholders};
 
 /// How long a test pool waits for a connection.
 const ACQUIRE: Duration = Duration::from_secs(20);
+/// The `application_name` of the test pools on PostgreSQL.
+const TAG: &str = "sqlx-queue-reliability";
 
 /// Server connection ids a pool's connections had, recorded when each connected.
 pub(crate) type ConnIds = Arc<Mutex<Vec<i64>>>;
@@ -20,16 +23,32 @@ pub(crate) type ConnIds = Arc<Mutex<Vec<i64>>>;
 /// A database the scenarios run against.
 pub(crate) trait TestDb: Db {
     /// A pool of `max` connections on `url` (SQLite: a file).
-    fn connect(url: &str, max: u32) -> impl Future<Output = Pool<Self>> + Send;
+    fn connect(url: &str, max: u32) -> impl Future<Output = Pool<Self>> + Send {
+        async move {
+            Self::connect_tagged(url, max, ACQUIRE, TAG, ConnIds::default())
+                .await
+                .unwrap_or_else(|e| panic!("{} at {url}: {e}", Self::LABEL))
+        }
+    }
+
     /// A pool whose connections record their server ids in `ids` when they connect, and (on
     /// PostgreSQL) carry `tag` as their `application_name`; `acquire` is its acquire timeout.
+    /// (SQLite's, without server sessions, records nothing.)
     fn connect_tagged(
         url: &str,
         max: u32,
         acquire: Duration,
         tag: &str,
         ids: ConnIds,
-    ) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send;
+    ) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send {
+        recording(max, acquire, ids).connect_with(Self::tagged_options(url, tag))
+    }
+
+    /// How a pool tagged `tag` connects to `url`.
+    fn tagged_options(url: &str, _tag: &str) -> <Self::Connection as sqlx::Connection>::Options {
+        Self::connect_options(url)
+    }
+
     fn count_time(
         pool: &Pool<Self>,
         sql: &str,
@@ -45,27 +64,66 @@ pub(crate) trait TestDb: Db {
         sql: &str,
         time: DateTime<Utc>,
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
-    /// The statement that takes `table`'s write lock from another session and keeps it until
+
+    /// The statements that take `table`'s write lock from another session and keep it until
     /// `COMMIT`: `SELECT .. FOR UPDATE` of row `id`, or SQLite's `BEGIN IMMEDIATE`.
-    fn lock_row(table: &str, id: i64) -> Vec<String>;
+    fn lock_row(table: &str, id: i64) -> Vec<String> {
+        vec![
+            "BEGIN".to_owned(),
+            format!("SELECT id FROM {table} WHERE id = {id} FOR UPDATE"),
+        ]
+    }
+
     /// Takes every row of `table` with `FOR UPDATE NOWAIT` in a transaction it rolls back:
     /// `Err` when any row is locked.
     fn nowait_all(pool: &Pool<Self>, table: &str)
     -> impl Future<Output = sqlx::Result<u64>> + Send;
+
     /// `CREATE TABLE table` with `spec`'s columns, `attempt` a `BIGINT` on every database.
     fn ddl(table: &str, spec: Spec) -> String {
         create_table::<Self>(table, spec, "BIGINT")
     }
+
     /// A table `settled` and a trigger that writes the id of every row deleted from `table`.
-    fn settled_ledger(table: &str, settled: &str) -> Vec<String>;
+    fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
+        let mut sql = vec![format!("CREATE TABLE {settled} (job BIGINT NOT NULL)")];
+        sql.extend(Self::settle_trigger(table, settled));
+        sql
+    }
+
+    /// The trigger of `settled_ledger` (PostgreSQL: and its function).
+    fn settle_trigger(table: &str, settled: &str) -> Vec<String>;
+
     /// What the trigger of `settled_ledger` leaves besides its tables.
-    fn cleanup(table: &str) -> Vec<String>;
+    fn cleanup(_table: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The server's id of the session `conn` is on.
+    fn session_id(conn: &mut Self::Connection) -> BoxFuture<'_, sqlx::Result<i64>>;
+
     /// Ends the server sessions `ids` (or tagged `tag`) of a pool, returning how many it ended.
     fn kill_sessions(
         admin: &Pool<Self>,
         tag: &str,
         ids: &[i64],
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
+}
+
+/// Pool options of `max` connections that wait `acquire` for one, and record the server id of
+/// each connection in `ids` when it connects.
+fn recording<DB: TestDb>(max: u32, acquire: Duration, ids: ConnIds) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(acquire)
+        .after_connect(move |conn, _| {
+            let ids = Arc::clone(&ids);
+            Box::pin(async move {
+                let id = DB::session_id(conn).await?;
+                ids.lock().unwrap().push(id);
+                Ok(())
+            })
+        })
 }
 
 macro_rules! test_db_calls {
@@ -119,12 +177,6 @@ macro_rules! test_db_calls {
 }
 
 impl TestDb for sqlx::Sqlite {
-    async fn connect(url: &str, max: u32) -> Pool<Self> {
-        Self::connect_tagged(url, max, ACQUIRE, "", ConnIds::default())
-            .await
-            .expect("a SQLite file in the temporary directory")
-    }
-
     async fn connect_tagged(
         url: &str,
         max: u32,
@@ -132,7 +184,7 @@ impl TestDb for sqlx::Sqlite {
         _tag: &str,
         _ids: ConnIds,
     ) -> sqlx::Result<Pool<Self>> {
-        sqlx::sqlite::SqlitePoolOptions::new()
+        PoolOptions::new()
             .max_connections(max)
             .acquire_timeout(acquire)
             .connect_with(Self::connect_options(url))
@@ -145,18 +197,15 @@ impl TestDb for sqlx::Sqlite {
         vec!["BEGIN IMMEDIATE".to_owned()]
     }
 
-    fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
-        vec![
-            format!("CREATE TABLE {settled} (job BIGINT NOT NULL)"),
-            format!(
-                "CREATE TRIGGER {table}_settled AFTER DELETE ON {table} \
-                 BEGIN INSERT INTO {settled} (job) VALUES (OLD.id); END"
-            ),
-        ]
+    fn settle_trigger(table: &str, settled: &str) -> Vec<String> {
+        vec![format!(
+            "CREATE TRIGGER {table}_settled AFTER DELETE ON {table} \
+             BEGIN INSERT INTO {settled} (job) VALUES (OLD.id); END"
+        )]
     }
 
-    fn cleanup(_table: &str) -> Vec<String> {
-        Vec::new()
+    fn session_id(_conn: &mut Self::Connection) -> BoxFuture<'_, sqlx::Result<i64>> {
+        unreachable!("SQLite has no server sessions")
     }
 
     async fn kill_sessions(_admin: &Pool<Self>, _tag: &str, _ids: &[i64]) -> sqlx::Result<u64> {
@@ -165,55 +214,14 @@ impl TestDb for sqlx::Sqlite {
 }
 
 impl TestDb for sqlx::Postgres {
-    async fn connect(url: &str, max: u32) -> Pool<Self> {
-        Self::connect_tagged(
-            url,
-            max,
-            ACQUIRE,
-            "sqlx-queue-reliability",
-            ConnIds::default(),
-        )
-        .await
-        .expect("PostgreSQL at SQLX_QUEUE_PG_URL")
-    }
-
-    async fn connect_tagged(
-        url: &str,
-        max: u32,
-        acquire: Duration,
-        tag: &str,
-        ids: ConnIds,
-    ) -> sqlx::Result<Pool<Self>> {
-        let options = Self::connect_options(url).application_name(tag);
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(acquire)
-            .after_connect(move |conn, _| {
-                let ids = Arc::clone(&ids);
-                Box::pin(async move {
-                    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    ids.lock().unwrap().push(i64::from(pid));
-                    Ok(())
-                }) as BoxFuture<'_, sqlx::Result<()>>
-            })
-            .connect_with(options)
-            .await
+    fn tagged_options(url: &str, tag: &str) -> sqlx::postgres::PgConnectOptions {
+        Self::connect_options(url).application_name(tag)
     }
 
     test_db_calls!();
 
-    fn lock_row(table: &str, id: i64) -> Vec<String> {
+    fn settle_trigger(table: &str, settled: &str) -> Vec<String> {
         vec![
-            "BEGIN".to_owned(),
-            format!("SELECT id FROM {table} WHERE id = {id} FOR UPDATE"),
-        ]
-    }
-
-    fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
-        vec![
-            format!("CREATE TABLE {settled} (job BIGINT NOT NULL)"),
             format!(
                 "CREATE FUNCTION {table}_settle() RETURNS trigger LANGUAGE plpgsql AS \
                  $$ BEGIN INSERT INTO {settled} (job) VALUES (OLD.id); RETURN OLD; END $$"
@@ -229,6 +237,15 @@ impl TestDb for sqlx::Postgres {
         vec![format!("DROP FUNCTION IF EXISTS {table}_settle() CASCADE")]
     }
 
+    fn session_id(conn: &mut Self::Connection) -> BoxFuture<'_, sqlx::Result<i64>> {
+        Box::pin(async move {
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(conn)
+                .await?;
+            Ok(i64::from(pid))
+        })
+    }
+
     async fn kill_sessions(admin: &Pool<Self>, tag: &str, _ids: &[i64]) -> sqlx::Result<u64> {
         let ended: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity \
@@ -242,57 +259,22 @@ impl TestDb for sqlx::Postgres {
 }
 
 impl TestDb for sqlx::MySql {
-    async fn connect(url: &str, max: u32) -> Pool<Self> {
-        Self::connect_tagged(url, max, ACQUIRE, "", ConnIds::default())
-            .await
-            .expect("MySQL/MariaDB at SQLX_QUEUE_MYSQL_URL")
-    }
-
-    async fn connect_tagged(
-        url: &str,
-        max: u32,
-        acquire: Duration,
-        _tag: &str,
-        ids: ConnIds,
-    ) -> sqlx::Result<Pool<Self>> {
-        sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(acquire)
-            .after_connect(move |conn, _| {
-                let ids = Arc::clone(&ids);
-                Box::pin(async move {
-                    let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    ids.lock().unwrap().push(id as i64);
-                    Ok(())
-                }) as BoxFuture<'_, sqlx::Result<()>>
-            })
-            .connect_with(Self::connect_options(url))
-            .await
-    }
-
     test_db_calls!();
 
-    fn lock_row(table: &str, id: i64) -> Vec<String> {
-        vec![
-            "BEGIN".to_owned(),
-            format!("SELECT id FROM {table} WHERE id = {id} FOR UPDATE"),
-        ]
+    fn settle_trigger(table: &str, settled: &str) -> Vec<String> {
+        vec![format!(
+            "CREATE TRIGGER {table}_settled AFTER DELETE ON {table} FOR EACH ROW \
+             INSERT INTO {settled} (job) VALUES (OLD.id)"
+        )]
     }
 
-    fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
-        vec![
-            format!("CREATE TABLE {settled} (job BIGINT NOT NULL)"),
-            format!(
-                "CREATE TRIGGER {table}_settled AFTER DELETE ON {table} FOR EACH ROW \
-                 INSERT INTO {settled} (job) VALUES (OLD.id)"
-            ),
-        ]
-    }
-
-    fn cleanup(_table: &str) -> Vec<String> {
-        Vec::new()
+    fn session_id(conn: &mut Self::Connection) -> BoxFuture<'_, sqlx::Result<i64>> {
+        Box::pin(async move {
+            let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+                .fetch_one(conn)
+                .await?;
+            Ok(id as i64)
+        })
     }
 
     async fn kill_sessions(admin: &Pool<Self>, _tag: &str, ids: &[i64]) -> sqlx::Result<u64> {
