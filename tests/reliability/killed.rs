@@ -17,9 +17,9 @@ use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::support::{
-    AdvisoryForm, ConnIds, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb,
-    assert_handled, assert_nothing_held, micros_now, ms, overlaps, pool_for, recv, report, spread,
-    unique, wait_for,
+    AdvisoryForm, ConnIds, Ctx, Form, Journal, RowLockForm, Spec, TestDb, assert_handled,
+    assert_nothing_held, micros_now, ms, overlaps, pool_for, recv, report, spread, unique,
+    wait_for,
 };
 
 const ROWS: usize = 400;
@@ -28,14 +28,7 @@ const KILLS: usize = 3;
 const WORK: Duration = Duration::from_millis(30);
 const LEASE: Duration = Duration::from_secs(2);
 
-cases! { killed_connections:
-    postgres_lease => sqlx::Postgres, LeaseForm;
-    postgres_row_lock => sqlx::Postgres, RowLockForm;
-    postgres_advisory => sqlx::Postgres, AdvisoryForm;
-    mysql_lease => sqlx::MySql, LeaseForm;
-    mysql_row_lock => sqlx::MySql, RowLockForm;
-    mysql_advisory => sqlx::MySql, AdvisoryForm;
-}
+every_form!(killed_connections: servers);
 
 async fn killed_connections<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {

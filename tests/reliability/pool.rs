@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::{Delivery, Error, Outcome, Queue, Runner, Table, Transactional};
+use sqlx_queue::{Delivery, Error, Outcome, Queue, Runner, Transactional};
 use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::support::{
-    AdvisoryForm, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb, assert_handled,
-    assert_nothing_held, pool_for, report, wait_for,
+    Ctx, Form, Journal, Spec, TestDb, assert_handled, assert_nothing_held, jobs, pool_for, report,
+    wait_for,
 };
 
 const WORKERS: usize = 8;
@@ -25,20 +25,7 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 /// What a statement in flight may add to a shutdown on this shared, noisy machine.
 const STATEMENTS: Duration = Duration::from_secs(3);
 
-cases! { pool_exhaustion:
-    postgres_lease => sqlx::Postgres, LeaseForm;
-    postgres_row_lock => sqlx::Postgres, RowLockForm;
-    postgres_advisory => sqlx::Postgres, AdvisoryForm;
-    mysql_lease => sqlx::MySql, LeaseForm;
-    mysql_row_lock => sqlx::MySql, RowLockForm;
-    mysql_advisory => sqlx::MySql, AdvisoryForm;
-    sqlite_lease => sqlx::Sqlite, LeaseForm;
-    sqlite_advisory => sqlx::Sqlite, AdvisoryForm;
-}
-
-fn jobs(table: &str) -> Table {
-    Table::new(table).retry_after("retry_after")
-}
+every_form!(pool_exhaustion);
 
 async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {

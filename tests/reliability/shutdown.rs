@@ -9,14 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::{Delivery, Outcome, Queue, Runner, ShutdownReport, Table};
+use sqlx_queue::{Delivery, Outcome, Queue, Runner, ShutdownReport};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::support::{
-    AdvisoryForm, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb, assert_nothing_held,
-    pool_for, report, wait_for,
+    Ctx, Form, Journal, Spec, TestDb, assert_nothing_held, jobs, pool_for, report, wait_for,
 };
 
 const WORKERS: usize = 8;
@@ -27,20 +26,7 @@ const CANCEL_TIMEOUT: Duration = Duration::from_millis(500);
 /// What the statements in flight (settlements, releases) may add on this shared machine.
 const STATEMENTS: Duration = Duration::from_secs(3);
 
-cases! { shutdown_under_load:
-    postgres_lease => sqlx::Postgres, LeaseForm;
-    postgres_row_lock => sqlx::Postgres, RowLockForm;
-    postgres_advisory => sqlx::Postgres, AdvisoryForm;
-    mysql_lease => sqlx::MySql, LeaseForm;
-    mysql_row_lock => sqlx::MySql, RowLockForm;
-    mysql_advisory => sqlx::MySql, AdvisoryForm;
-    sqlite_lease => sqlx::Sqlite, LeaseForm;
-    sqlite_advisory => sqlx::Sqlite, AdvisoryForm;
-}
-
-fn jobs(table: &str) -> Table {
-    Table::new(table).retry_after("retry_after")
-}
+every_form!(shutdown_under_load);
 
 async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sqlx::Pool;
+use sqlx_queue::Table;
 
 pub(crate) use common::databases::Spec;
 pub(crate) use common::forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
@@ -23,6 +24,11 @@ pub(crate) use process::Consumer;
 /// statements. A test's counts are small: the panic never fires.
 pub(crate) fn pool_for(n: usize) -> u32 {
     u32::try_from(n + 1).expect("a test's pool size fits a u32")
+}
+
+/// The scenarios' queue table: `retry_after`, and the lease form's `locked_until`.
+pub(crate) fn jobs(table: &str) -> Table {
+    Table::new(table).retry_after("retry_after")
 }
 
 /// The URL of `DB`'s server (SQLite: a fresh file), or `None` with a notice when it is not set
