@@ -14,7 +14,8 @@ use std::time::Duration;
 use sqlx_queue::{DeadLetter, Delivery, Error, Job, Outcome, Queue, Runner, Running, Table};
 
 use crate::support::{
-    AdvisoryForm, Ctx, Form, LeaseForm, RowLockForm, Spec, TestDb, report, unique, wait_for,
+    AdvisoryForm, Ctx, Form, LeaseForm, RowLockForm, Spec, TestDb, report, start_runner, unique,
+    wait_for,
 };
 
 per_database! { hostile_names:
@@ -380,12 +381,7 @@ async fn payloads<DB: TestDb, F: Form<DB>>() {
                 .insert(d.id(), d.payload().to_vec());
             async { Outcome::ack() }
         });
-    let running = Runner::new(ctx.pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let running = start_runner(&ctx.pool, |r| r.mount(queue)).await;
     ctx.wait_none(&t, "1 = 1", 30).await;
     running.shutdown().await.unwrap();
     let seen = std::mem::take(&mut *seen.lock().unwrap());
@@ -523,8 +519,7 @@ async fn drain<DB: TestDb>(
     mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
     settled: impl Fn(&sqlx_queue::Stats) -> bool,
 ) {
-    let runner = Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(20));
-    let running = mount(runner).start().await.unwrap();
+    let running = start_runner(&ctx.pool, mount).await;
     ctx.wait_none(t, "1 = 1", 30).await;
     wait_for(
         "every settlement counted",

@@ -12,14 +12,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx_queue::{Delivery, Outcome, Queue, Runner, Table};
+use sqlx_queue::{Delivery, Outcome, Queue};
 use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::support::{
-    AdvisoryForm, ConnIds, Ctx, Form, Journal, RowLockForm, Spec, TestDb, assert_handled,
-    assert_nothing_held, micros_now, ms, overlaps, pool_for, recv, report, spread, unique,
-    wait_for,
+    AdvisoryForm, ConnIds, Ctx, Form, Gate, Journal, RowLockForm, Spec, TestDb, assert_handled,
+    assert_nothing_held, jobs, journaled, micros_now, ms, overlaps, pool_for, recv, report, spread,
+    start_runner, unique, wait_for,
 };
 
 const ROWS: usize = 400;
@@ -49,28 +49,11 @@ async fn killed_connections<DB: TestDb, F: Form<DB>>() {
     .await
     .unwrap();
     let journal = Arc::new(Journal::default());
-    let handlers = Arc::clone(&journal);
-    let queue = F::apply_leasing(
-        Queue::table(Table::new(&t).retry_after("retry_after")),
-        LEASE,
+    let running = start_runner(
+        &pool,
+        journaled::<DB, F>(&t, LEASE, WORKERS, &journal, WORK),
     )
-    .attempt("attempt")
-    .workers(WORKERS)
-    .handler(move |d: Delivery<DB>| {
-        let journal = Arc::clone(&handlers);
-        let entry = journal.begin(d.id(), d.attempt());
-        async move {
-            tokio::time::sleep(WORK).await;
-            journal.end(entry);
-            Outcome::ack()
-        }
-    });
-    let running = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    .await;
     let started = Instant::now();
 
     let mut kills = Vec::new();
@@ -183,47 +166,23 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
     )
     .await
     .unwrap();
-    let (first_started, mut first) = tokio::sync::mpsc::unbounded_channel();
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (gate, mut first) = Gate::new();
     let first_gate = Arc::clone(&gate);
-    let queue = F::apply_leasing(
-        Queue::table(Table::new(&t).retry_after("retry_after")),
-        LEASE,
-    )
-    .attempt("attempt")
-    .handler(move |d: Delivery<DB>| {
-        let _ = first_started.send(d.id());
-        let gate = Arc::clone(&first_gate);
-        async move {
-            let _permit = gate.acquire().await.unwrap();
-            Outcome::ack()
-        }
-    });
-    let first_runner = Runner::new(first_pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), LEASE)
+        .attempt("attempt")
+        .handler(move |d: Delivery<DB>| first_gate.hold(d.id()));
+    let first_runner = start_runner(&first_pool, |r| r.mount(queue)).await;
     assert_eq!(recv(&mut first, "the first delivery", 10).await, ids[0]);
 
     let second_pool = ctx.pool(2).await;
     let (second_started, mut second) = tokio::sync::mpsc::unbounded_channel();
-    let queue = F::apply_leasing(
-        Queue::table(Table::new(&t).retry_after("retry_after")),
-        LEASE,
-    )
-    .attempt("attempt")
-    .handler(move |d: Delivery<DB>| {
-        let _ = second_started.send(d.id());
-        async { Outcome::ack() }
-    });
-    let second_runner = Runner::new(second_pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), LEASE)
+        .attempt("attempt")
+        .handler(move |d: Delivery<DB>| {
+            let _ = second_started.send(d.id());
+            async { Outcome::ack() }
+        });
+    let second_runner = start_runner(&second_pool, |r| r.mount(queue)).await;
     // The first runner's session holds the row.
     let held = match (F::NAME, DB::LABEL) {
         ("row_lock", _) => DB::nowait_all(&ctx.pool, &t).await.is_err(),
@@ -256,7 +215,7 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
     assert_eq!(recv(&mut second, "the second delivery", 10).await, ids[0]);
     let second_after = killed.elapsed();
     // Both handlers are in work now: the first still waits at its gate.
-    gate.add_permits(1);
+    gate.open(1);
     wait_for(
         "the first delivery's settlement to fail",
         Duration::from_secs(20),

@@ -117,29 +117,14 @@ async fn under_load<DB: TestDb, F: Form<DB>>(
     let queue = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30)).workers(WORKERS);
     let handlers = Arc::clone(&journal);
     let running = if transactional {
-        let handler = move |d: Delivery<DB, Transactional>| {
-            let journal = Arc::clone(&handlers);
-            let entry = journal.begin(d.id(), d.attempt());
-            async move {
-                tokio::time::sleep(WORK).await;
-                journal.end(entry);
-                Outcome::ack()
-            }
-        };
+        let handler =
+            move |d: Delivery<DB, Transactional>| handlers.work(d.id(), d.attempt(), WORK);
         runner
             .mount(queue.transactional().handler(handler))
             .start()
             .await
     } else {
-        let handler = move |d: Delivery<DB>| {
-            let journal = Arc::clone(&handlers);
-            let entry = journal.begin(d.id(), d.attempt());
-            async move {
-                tokio::time::sleep(WORK).await;
-                journal.end(entry);
-                Outcome::ack()
-            }
-        };
+        let handler = move |d: Delivery<DB>| handlers.work(d.id(), d.attempt(), WORK);
         runner.mount(queue.handler(handler)).start().await
     }
     .unwrap();

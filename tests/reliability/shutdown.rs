@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use sqlx::Pool;
 use sqlx_queue::{Delivery, Outcome, Queue, Runner, ShutdownReport};
-use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::support::{
-    Ctx, Form, Journal, Spec, TestDb, assert_nothing_held, jobs, pool_for, report, wait_for,
+    Ctx, Form, Gate, Journal, Spec, TestDb, assert_nothing_held, jobs, journaled, pool_for, report,
+    start_runner, wait_for,
 };
 
 const WORKERS: usize = 8;
@@ -39,21 +39,8 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     let settled = ctx.settled_ledger(&t).await;
     fill(&ctx, &t, 5 * WORKERS).await;
     let journal = Arc::new(Journal::default());
-    let handlers = Arc::clone(&journal);
-    let queue = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30))
-        .attempt("attempt")
-        .workers(WORKERS)
-        .handler(move |d: Delivery<DB>| {
-            let journal = Arc::clone(&handlers);
-            let entry = journal.begin(d.id(), d.attempt());
-            async move {
-                tokio::time::sleep(WORK).await;
-                journal.end(entry);
-                Outcome::ack()
-            }
-        });
-    let (finished, finish_time) =
-        shut_down_in_work(&pool, SHUTDOWN_TIMEOUT, |r| r.mount(queue), &journal).await;
+    let mount = journaled::<DB, F>(&t, Duration::from_secs(30), WORKERS, &journal, WORK);
+    let (finished, finish_time) = shut_down_in_work(&pool, SHUTDOWN_TIMEOUT, mount, &journal).await;
     assert!(
         finish_time < WORK + STATEMENTS,
         "shutdown took {finish_time:?} for handlers that needed at most {WORK:?}"
@@ -147,27 +134,14 @@ pub(crate) async fn all_at_once<DB: TestDb, F: Form<DB>>(
     rows: usize,
 ) -> Duration {
     let pool = ctx.pool(pool_for(rows)).await;
-    let (started, mut seen) = mpsc::unbounded_channel();
-    let go = Arc::new(Semaphore::new(0));
+    let (go, mut seen) = Gate::new();
     let gate = Arc::clone(&go);
     let queue = F::apply_leasing(Queue::table(jobs(t)), Duration::from_secs(30))
         .attempt("attempt")
         .workers(rows)
-        .handler(move |d: Delivery<DB>| {
-            let _ = started.send(d.id());
-            let gate = Arc::clone(&gate);
-            async move {
-                let _permit = gate.acquire().await.unwrap();
-                Outcome::ack()
-            }
-        });
+        .handler(move |d: Delivery<DB>| gate.hold(d.id()));
     let begun = Instant::now();
-    let running = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let running = start_runner(&pool, |r| r.mount(queue)).await;
     let mut ids = Vec::new();
     for _ in 0..rows {
         let id = tokio::time::timeout(Duration::from_secs(10), seen.recv())
@@ -183,7 +157,7 @@ pub(crate) async fn all_at_once<DB: TestDb, F: Form<DB>>(
         ids.push(id);
     }
     let took = begun.elapsed();
-    go.add_permits(rows);
+    go.open(rows);
     ctx.wait_none(t, "1 = 1", 30).await;
     running.shutdown().await.unwrap();
     pool.close().await;
@@ -198,10 +172,7 @@ async fn shut_down_in_work<DB: TestDb>(
     mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
     journal: &Journal,
 ) -> (ShutdownReport, Duration) {
-    let runner = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .shutdown_timeout(timeout);
-    let running = mount(runner).start().await.unwrap();
+    let running = start_runner(pool, |r| mount(r.shutdown_timeout(timeout))).await;
     wait_for("8 deliveries in work", Duration::from_secs(10), || async {
         journal.in_work() == WORKERS
     })

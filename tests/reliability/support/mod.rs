@@ -8,10 +8,13 @@ mod ledger;
 mod process;
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::Table;
+use sqlx_queue::{Delivery, Outcome, Queue, Runner, Running, Table};
+use tokio::sync::{Semaphore, mpsc};
 
 pub(crate) use common::databases::Spec;
 pub(crate) use common::forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
@@ -29,6 +32,65 @@ pub(crate) fn pool_for(n: usize) -> u32 {
 /// The scenarios' queue table: `retry_after`, and the lease form's `locked_until`.
 pub(crate) fn jobs(table: &str) -> Table {
     Table::new(table).retry_after("retry_after")
+}
+
+/// Starts a runner on `pool`, polling every 20 ms, with what `mount` mounts on it.
+pub(crate) async fn start_runner<DB: TestDb>(
+    pool: &Pool<DB>,
+    mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
+) -> Running {
+    let runner = Runner::new(pool.clone()).poll_interval(Duration::from_millis(20));
+    mount(runner).start().await.unwrap()
+}
+
+/// Mounts a queue of form `F` (a lease of `lease`) on `table`, counting attempts, whose
+/// `workers` handlers note each delivery in `journal`, work `work` and ack.
+pub(crate) fn journaled<DB: TestDb, F: Form<DB>>(
+    table: &str,
+    lease: Duration,
+    workers: usize,
+    journal: &Arc<Journal>,
+    work: Duration,
+) -> impl FnOnce(Runner<DB>) -> Runner<DB> {
+    let journal = Arc::clone(journal);
+    let queue = F::apply_leasing(Queue::table(jobs(table)), lease)
+        .attempt("attempt")
+        .workers(workers)
+        .handler(move |d: Delivery<DB>| journal.work(d.id(), d.attempt(), work));
+    move |runner| runner.mount(queue)
+}
+
+/// Where handlers hold their deliveries until the test lets them ack: each delivery's id is sent
+/// on as it arrives.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    arrived: mpsc::UnboundedSender<i64>,
+    permits: Arc<Semaphore>,
+}
+
+impl Gate {
+    /// A closed gate, and the ids of the deliveries that reach it.
+    pub(crate) fn new() -> (Arc<Self>, mpsc::UnboundedReceiver<i64>) {
+        let (arrived, ids) = mpsc::unbounded_channel();
+        let permits = Arc::new(Semaphore::new(0));
+        (Arc::new(Gate { arrived, permits }), ids)
+    }
+
+    /// A handler's delivery of row `id`: sends `id` on now; the future waits for a permit, which
+    /// it holds until it acks.
+    pub(crate) fn hold(&self, id: i64) -> impl Future<Output = Outcome> + Send + use<> {
+        let _ = self.arrived.send(id);
+        let permits = Arc::clone(&self.permits);
+        async move {
+            let _permit = permits.acquire().await.unwrap();
+            Outcome::ack()
+        }
+    }
+
+    /// Lets `n` deliveries at once through.
+    pub(crate) fn open(&self, n: usize) {
+        self.permits.add_permits(n);
+    }
 }
 
 /// The URL of `DB`'s server (SQLite: a fresh file), or `None` with a notice when it is not set
