@@ -22,7 +22,7 @@ pub(crate) trait Db: Backend + Sized {
     const TEXT: &'static str;
     #[allow(
         dead_code,
-        reason = "tests/reliability's integer columns are BIGINT everywhere"
+        reason = "tests/reliability's attempt is a BIGINT everywhere"
     )]
     const INT: &'static str;
     const TIME: &'static str;

@@ -29,7 +29,7 @@ pub(crate) fn pool_for(n: usize) -> u32 {
     u32::try_from(n + 1).expect("a test's pool size fits a u32")
 }
 
-/// The scenarios' queue table: `retry_after`, and the lease form's `locked_until`.
+/// The scenarios' table `table`, with its `retry_after` column.
 pub(crate) fn jobs(table: &str) -> Table {
     Table::new(table).retry_after("retry_after")
 }
