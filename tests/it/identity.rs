@@ -140,7 +140,10 @@ async fn in_schema<DB: TestDb>(ctx: &mut Ctx<DB>) -> (String, String, sqlx::Pool
         .max_connections(6)
         .after_connect(move |conn, _| {
             let path = path.clone();
-            Box::pin(async move { DB::exec_on(conn, &path).await })
+            Box::pin(async move {
+                DB::exec_on(conn, &path).await?;
+                Ok(())
+            })
         });
     let pool = ctx.pool_with(options).await;
     (schema, t, pool)

@@ -9,12 +9,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sqlx_queue::{Job, Table};
+use sqlx_queue::Job;
 use tokio::time::Instant;
 
 use crate::support::{
-    AdvisoryForm, Consumer, Ctx, Delivered, Form, LeaseForm, RowLockForm, Spec, TestDb,
-    assert_handled, assert_nothing_held, ms, overlaps, report, spread, wait_for,
+    Consumer, Ctx, Delivered, Form, Spec, TestDb, assert_handled, assert_nothing_held, jobs, ms,
+    overlaps, report, spread, wait_for,
 };
 
 const ROWS: usize = 2000;
@@ -25,20 +25,11 @@ const WORK_MS: u64 = 20;
 /// A short lease, so that a killed lease consumer's rows come back within the test.
 const LEASE: Duration = Duration::from_secs(1);
 
-cases! { process_crash:
-    postgres_lease => sqlx::Postgres, LeaseForm;
-    postgres_row_lock => sqlx::Postgres, RowLockForm;
-    postgres_advisory => sqlx::Postgres, AdvisoryForm;
-    mysql_lease => sqlx::MySql, LeaseForm;
-    mysql_row_lock => sqlx::MySql, RowLockForm;
-    mysql_advisory => sqlx::MySql, AdvisoryForm;
-    sqlite_lease => sqlx::Sqlite, LeaseForm;
-    sqlite_advisory => sqlx::Sqlite, AdvisoryForm;
-}
+every_form!(process_crash);
 
 /// Enqueues `rows` rows on `table` and returns their ids.
 pub(crate) async fn fill<DB: TestDb>(ctx: &Ctx<DB>, table: &str, rows: usize) -> Vec<i64> {
-    let jobs = Table::new(table).retry_after("retry_after");
+    let jobs = jobs(table);
     let payloads: Vec<String> = (0..rows).map(|i| format!("job {i}")).collect();
     let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
     for chunk in batch.chunks(jobs.max_batch()) {
@@ -53,7 +44,7 @@ async fn process_crash<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     let ledger = ctx.deliveries_ledger(&t).await;
     let ids = fill(&ctx, &t, ROWS).await;

@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{SubsecRound as _, TimeDelta, Utc};
-use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Table};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 
-use crate::support::{Ctx, Spec, TestDb, report, wait_for};
+use crate::support::{Ctx, Spec, TestDb, report, start_runner, wait_for};
 
 /// Long enough that the test takes the row before the first extension (at half the lease).
 const LEASE: Duration = Duration::from_secs(3);
@@ -29,7 +29,7 @@ async fn lease_expiry<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t).retry_after("retry_after");
     let id = DB::enqueue(&ctx.pool, &jobs, Job::new("slow"))
         .await
@@ -49,12 +49,7 @@ async fn lease_expiry<DB: TestDb>() {
                 Outcome::ack()
             }
         });
-    let running = Runner::new(ctx.pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let running = start_runner(&ctx.pool, |r| r.mount(queue)).await;
     let (got, claimed) = tokio::time::timeout(Duration::from_secs(10), deliveries.recv())
         .await
         .expect("the delivery within 10 s")

@@ -14,7 +14,8 @@ use std::time::Duration;
 use sqlx_queue::{DeadLetter, Delivery, Error, Job, Outcome, Queue, Runner, Running, Table};
 
 use crate::support::{
-    AdvisoryForm, Ctx, Form, LeaseForm, RowLockForm, Spec, TestDb, report, unique, wait_for,
+    AdvisoryForm, Ctx, Form, LeaseForm, RowLockForm, Spec, TestDb, report, start_runner, unique,
+    wait_for,
 };
 
 per_database! { hostile_names:
@@ -104,7 +105,7 @@ async fn hostile_names<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let canary = ctx.table(Spec::queue()).await;
+    let canary = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&canary).retry_after("retry_after");
     DB::enqueue(&ctx.pool, &jobs, Job::new("canary"))
         .await
@@ -181,7 +182,7 @@ async fn hostile_names<DB: TestDb>() {
         while kept.len() < limit {
             kept.push('k');
         }
-        ctx.create(&kept, &DB::ddl(&kept, Spec::queue())).await;
+        ctx.create(&kept, &DB::ddl(&kept, Spec::lease())).await;
         DB::enqueue(&ctx.pool, &Table::new(&kept), Job::new("kept"))
             .await
             .unwrap();
@@ -204,7 +205,7 @@ async fn hostile_names<DB: TestDb>() {
     // Letters of any script and inner spaces are names: quoted, and used as given.
     let table = format!("r_{} jöbs 名前", unique());
     let column = "nutzlast ü";
-    let ddl = DB::ddl(&quoted::<DB>(&table), Spec::queue())
+    let ddl = DB::ddl(&quoted::<DB>(&table), Spec::lease())
         .replace("payload ", &format!("{} ", quoted::<DB>(column)));
     ctx.create(&quoted::<DB>(&table), &ddl).await;
     let jobs = Table::new(&table)
@@ -223,7 +224,7 @@ async fn hostile_names<DB: TestDb>() {
     let grouped = ctx
         .table(Spec {
             group: true,
-            ..Spec::queue()
+            ..Spec::lease()
         })
         .await;
     let value = format!("'); DROP TABLE {canary}; --");
@@ -287,7 +288,7 @@ async fn wrong_types<DB: TestDb>() {
     ];
     for (column, right, wrong) in cases {
         let table = format!("r_{}", unique());
-        let ddl = DB::ddl(&table, Spec::queue());
+        let ddl = DB::ddl(&table, Spec::lease());
         assert!(ddl.contains(&right), "{ddl}");
         ctx.create(&table, &ddl.replace(&right, &wrong)).await;
         let (started, _) = start(&ctx, Table::new(&table).retry_after("retry_after"), None).await;
@@ -324,7 +325,7 @@ async fn payloads<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t).retry_after("retry_after");
     let shapes: Vec<(&str, Vec<u8>)> = vec![
         ("0 bytes", Vec::new()),
@@ -370,7 +371,7 @@ async fn payloads<DB: TestDb, F: Form<DB>>() {
 
     let seen: Arc<Mutex<HashMap<i64, Vec<u8>>>> = Arc::default();
     let reported = Arc::clone(&seen);
-    let queue = F::apply(Queue::table(jobs), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs), Duration::from_secs(30))
         .attempt("attempt")
         .workers(4)
         .handler(move |d: Delivery<DB>| {
@@ -380,12 +381,7 @@ async fn payloads<DB: TestDb, F: Form<DB>>() {
                 .insert(d.id(), d.payload().to_vec());
             async { Outcome::ack() }
         });
-    let running = Runner::new(ctx.pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let running = start_runner(&ctx.pool, |r| r.mount(queue)).await;
     ctx.wait_none(&t, "1 = 1", 30).await;
     running.shutdown().await.unwrap();
     let seen = std::mem::take(&mut *seen.lock().unwrap());
@@ -430,9 +426,9 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
     let good = |i: usize| Job::json(&serde_json::json!({ "email": format!("{i}@example.com") }));
 
     // Capped, with a dead-letter table: bad payloads move there, byte for byte.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let dead = format!("{t}_dead");
-    ctx.create(&dead, &DB::ddl(&dead, Spec::queue())).await;
+    ctx.create(&dead, &DB::ddl(&dead, Spec::lease())).await;
     let jobs = Table::new(&t).retry_after("retry_after");
     let mut bad_ids = Vec::new();
     for (i, bytes) in bad.iter().enumerate() {
@@ -450,7 +446,7 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
         .unwrap();
     let emails: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = Arc::clone(&emails);
-    let queue = F::apply(Queue::table(jobs.clone()), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs.clone()), Duration::from_secs(30))
         .attempt("attempt")
         .max_attempts(3)
         .dead_letter(DeadLetter::table(&dead))
@@ -481,7 +477,7 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
     }
 
     // Uncapped: bad payloads are dropped, and the runner goes on.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let jobs = Table::new(&t).retry_after("retry_after");
     for (i, bytes) in bad.iter().enumerate() {
         DB::enqueue(&ctx.pool, &jobs, Job::new(bytes))
@@ -493,7 +489,7 @@ async fn undecodable<DB: TestDb, F: Form<DB>>() {
     }
     let emails: Arc<Mutex<Vec<String>>> = Arc::default();
     let seen = Arc::clone(&emails);
-    let queue = F::apply(Queue::table(jobs), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs), Duration::from_secs(30))
         .attempt("attempt")
         .json_handler(move |signup: Signup, _: Delivery<DB>| {
             seen.lock().unwrap().push(signup.email);
@@ -523,8 +519,7 @@ async fn drain<DB: TestDb>(
     mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
     settled: impl Fn(&sqlx_queue::Stats) -> bool,
 ) {
-    let runner = Runner::new(ctx.pool.clone()).poll_interval(Duration::from_millis(20));
-    let running = mount(runner).start().await.unwrap();
+    let running = start_runner(&ctx.pool, mount).await;
     ctx.wait_none(t, "1 = 1", 30).await;
     wait_for(
         "every settlement counted",

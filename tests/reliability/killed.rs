@@ -12,14 +12,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx_queue::{Delivery, Outcome, Queue, Runner, Table};
+use sqlx_queue::{Delivery, Outcome, Queue};
 use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::support::{
-    AdvisoryForm, ConnIds, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb,
-    assert_handled, assert_nothing_held, micros_now, ms, overlaps, pool_for, report, spread,
-    unique, wait_for,
+    AdvisoryForm, ConnIds, Ctx, Form, Gate, Journal, RowLockForm, Spec, TestDb, assert_handled,
+    assert_nothing_held, jobs, journaled, micros_now, ms, overlaps, pool_for, recv, report, spread,
+    start_runner, unique, wait_for,
 };
 
 const ROWS: usize = 400;
@@ -28,20 +28,13 @@ const KILLS: usize = 3;
 const WORK: Duration = Duration::from_millis(30);
 const LEASE: Duration = Duration::from_secs(2);
 
-cases! { killed_connections:
-    postgres_lease => sqlx::Postgres, LeaseForm;
-    postgres_row_lock => sqlx::Postgres, RowLockForm;
-    postgres_advisory => sqlx::Postgres, AdvisoryForm;
-    mysql_lease => sqlx::MySql, LeaseForm;
-    mysql_row_lock => sqlx::MySql, RowLockForm;
-    mysql_advisory => sqlx::MySql, AdvisoryForm;
-}
+every_form!(killed_connections: servers);
 
 async fn killed_connections<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     let ids = fill(&ctx, &t, ROWS).await;
     let tag = format!("sqlxq-killed-{}", unique());
@@ -56,28 +49,11 @@ async fn killed_connections<DB: TestDb, F: Form<DB>>() {
     .await
     .unwrap();
     let journal = Arc::new(Journal::default());
-    let handlers = Arc::clone(&journal);
-    let queue = F::apply(
-        Queue::table(Table::new(&t).retry_after("retry_after")),
-        LEASE,
+    let running = start_runner(
+        &pool,
+        journaled::<DB, F>(&t, LEASE, WORKERS, &journal, WORK),
     )
-    .attempt("attempt")
-    .workers(WORKERS)
-    .handler(move |d: Delivery<DB>| {
-        let journal = Arc::clone(&handlers);
-        let entry = journal.begin(d.id(), d.attempt());
-        async move {
-            tokio::time::sleep(WORK).await;
-            journal.end(entry);
-            Outcome::ack()
-        }
-    });
-    let running = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    .await;
     let started = Instant::now();
 
     let mut kills = Vec::new();
@@ -176,7 +152,7 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     let ids = fill(&ctx, &t, 1).await;
     let tag = format!("sqlxq-loss-{}", unique());
@@ -190,47 +166,23 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
     )
     .await
     .unwrap();
-    let (first_started, mut first) = tokio::sync::mpsc::unbounded_channel();
-    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (gate, mut first) = Gate::new();
     let first_gate = Arc::clone(&gate);
-    let queue = F::apply(
-        Queue::table(Table::new(&t).retry_after("retry_after")),
-        LEASE,
-    )
-    .attempt("attempt")
-    .handler(move |d: Delivery<DB>| {
-        let _ = first_started.send(d.id());
-        let gate = Arc::clone(&first_gate);
-        async move {
-            let _permit = gate.acquire().await.unwrap();
-            Outcome::ack()
-        }
-    });
-    let first_runner = Runner::new(first_pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
-    assert_eq!(recv(&mut first, "the first delivery").await, ids[0]);
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), LEASE)
+        .attempt("attempt")
+        .handler(move |d: Delivery<DB>| first_gate.hold(d.id()));
+    let first_runner = start_runner(&first_pool, |r| r.mount(queue)).await;
+    assert_eq!(recv(&mut first, "the first delivery", 10).await, ids[0]);
 
     let second_pool = ctx.pool(2).await;
     let (second_started, mut second) = tokio::sync::mpsc::unbounded_channel();
-    let queue = F::apply(
-        Queue::table(Table::new(&t).retry_after("retry_after")),
-        LEASE,
-    )
-    .attempt("attempt")
-    .handler(move |d: Delivery<DB>| {
-        let _ = second_started.send(d.id());
-        async { Outcome::ack() }
-    });
-    let second_runner = Runner::new(second_pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), LEASE)
+        .attempt("attempt")
+        .handler(move |d: Delivery<DB>| {
+            let _ = second_started.send(d.id());
+            async { Outcome::ack() }
+        });
+    let second_runner = start_runner(&second_pool, |r| r.mount(queue)).await;
     // The first runner's session holds the row.
     let held = match (F::NAME, DB::LABEL) {
         ("row_lock", _) => DB::nowait_all(&ctx.pool, &t).await.is_err(),
@@ -260,10 +212,10 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
         .unwrap();
     let killed = Instant::now();
     assert!(ended > 0, "no session of the first runner was found to end");
-    assert_eq!(recv(&mut second, "the second delivery").await, ids[0]);
+    assert_eq!(recv(&mut second, "the second delivery", 10).await, ids[0]);
     let second_after = killed.elapsed();
     // Both handlers are in work now: the first still waits at its gate.
-    gate.add_permits(1);
+    gate.open(1);
     wait_for(
         "the first delivery's settlement to fail",
         Duration::from_secs(20),
@@ -293,12 +245,4 @@ async fn second_handler_after_session_loss<DB: TestDb, F: Form<DB>>() {
         second_after.as_millis()
     ));
     ctx.drop_tables().await;
-}
-
-/// The next id from `rx`, failing the test after 10 s.
-async fn recv(rx: &mut tokio::sync::mpsc::UnboundedReceiver<i64>, what: &str) -> i64 {
-    tokio::time::timeout(Duration::from_secs(10), rx.recv())
-        .await
-        .unwrap_or_else(|_| panic!("timed out after 10 s waiting for {what}"))
-        .unwrap()
 }

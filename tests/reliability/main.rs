@@ -28,6 +28,29 @@ macro_rules! cases {
     )*};
 }
 
+/// `cases!` for every claim form on every database that has it, under the names the scenarios
+/// share: `every_form!(scenario)` writes `postgres_lease` .. `sqlite_advisory` (SQLite has no row
+/// lock form), `every_form!(scenario: servers)` only the six on PostgreSQL and MySQL/MariaDB.
+macro_rules! every_form {
+    ($scenario:ident) => {
+        every_form!($scenario: servers);
+        cases! { $scenario:
+            sqlite_lease => sqlx::Sqlite, crate::support::LeaseForm;
+            sqlite_advisory => sqlx::Sqlite, crate::support::AdvisoryForm;
+        }
+    };
+    ($scenario:ident: servers) => {
+        cases! { $scenario:
+            postgres_lease => sqlx::Postgres, crate::support::LeaseForm;
+            postgres_row_lock => sqlx::Postgres, crate::support::RowLockForm;
+            postgres_advisory => sqlx::Postgres, crate::support::AdvisoryForm;
+            mysql_lease => sqlx::MySql, crate::support::LeaseForm;
+            mysql_row_lock => sqlx::MySql, crate::support::RowLockForm;
+            mysql_advisory => sqlx::MySql, crate::support::AdvisoryForm;
+        }
+    };
+}
+
 /// One test per database: `per_database!(scenario: name => Db; ..)`.
 macro_rules! per_database {
     ($scenario:ident: $($name:ident => $db:ty);* $(;)?) => {$(

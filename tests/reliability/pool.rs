@@ -9,13 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::{Delivery, Error, Outcome, Queue, Runner, Table, Transactional};
+use sqlx_queue::{Delivery, Error, Outcome, Queue, Runner, Transactional};
 use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::support::{
-    AdvisoryForm, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb, assert_handled,
-    assert_nothing_held, pool_for, report, wait_for,
+    Ctx, Form, Journal, Spec, TestDb, assert_handled, assert_nothing_held, jobs, pool_for, report,
+    wait_for,
 };
 
 const WORKERS: usize = 8;
@@ -25,20 +25,7 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 /// What a statement in flight may add to a shutdown on this shared, noisy machine.
 const STATEMENTS: Duration = Duration::from_secs(3);
 
-cases! { pool_exhaustion:
-    postgres_lease => sqlx::Postgres, LeaseForm;
-    postgres_row_lock => sqlx::Postgres, RowLockForm;
-    postgres_advisory => sqlx::Postgres, AdvisoryForm;
-    mysql_lease => sqlx::MySql, LeaseForm;
-    mysql_row_lock => sqlx::MySql, RowLockForm;
-    mysql_advisory => sqlx::MySql, AdvisoryForm;
-    sqlite_lease => sqlx::Sqlite, LeaseForm;
-    sqlite_advisory => sqlx::Sqlite, AdvisoryForm;
-}
-
-fn jobs(table: &str) -> Table {
-    Table::new(table).retry_after("retry_after")
-}
+every_form!(pool_exhaustion);
 
 async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
@@ -47,9 +34,9 @@ async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
     let need = pool_for(WORKERS);
 
     // Too small: refused at start, naming the size it needs.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let small = ctx.pool(need - 1).await;
-    let transactional = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
+    let transactional = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30))
         .transactional()
         .workers(WORKERS)
         .handler(|_: Delivery<DB, Transactional>| async { Outcome::ack() });
@@ -67,7 +54,7 @@ async fn pool_exhaustion<DB: TestDb, F: Form<DB>>() {
         "{error}"
     );
     if F::HOLDS {
-        let plain = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
+        let plain = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30))
             .workers(WORKERS)
             .handler(|_: Delivery<DB>| async { Outcome::ack() });
         let refused = Runner::new(small.clone()).mount(plain).start().await;
@@ -120,39 +107,24 @@ async fn under_load<DB: TestDb, F: Form<DB>>(
     pool: &Pool<DB>,
     transactional: bool,
 ) -> String {
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     let ids = fill(ctx, &t, ROWS).await;
     let journal = Arc::new(Journal::default());
     let runner = Runner::new(pool.clone())
         .poll_interval(Duration::from_millis(20))
         .shutdown_timeout(SHUTDOWN_TIMEOUT);
-    let queue = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30)).workers(WORKERS);
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30)).workers(WORKERS);
     let handlers = Arc::clone(&journal);
     let running = if transactional {
-        let handler = move |d: Delivery<DB, Transactional>| {
-            let journal = Arc::clone(&handlers);
-            let entry = journal.begin(d.id(), d.attempt());
-            async move {
-                tokio::time::sleep(WORK).await;
-                journal.end(entry);
-                Outcome::ack()
-            }
-        };
+        let handler =
+            move |d: Delivery<DB, Transactional>| handlers.work(d.id(), d.attempt(), WORK);
         runner
             .mount(queue.transactional().handler(handler))
             .start()
             .await
     } else {
-        let handler = move |d: Delivery<DB>| {
-            let journal = Arc::clone(&handlers);
-            let entry = journal.begin(d.id(), d.attempt());
-            async move {
-                tokio::time::sleep(WORK).await;
-                journal.end(entry);
-                Outcome::ack()
-            }
-        };
+        let handler = move |d: Delivery<DB>| handlers.work(d.id(), d.attempt(), WORK);
         runner.mount(queue.handler(handler)).start().await
     }
     .unwrap();

@@ -11,15 +11,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::{Delivery, Outcome, Queue, Runner, Running, Table};
+use sqlx_queue::Running;
 use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::servers::{Dedicated, Restore};
 use crate::support::{
     AdvisoryForm, ConnIds, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb,
-    assert_handled, assert_nothing_held, database_url, micros_now, ms, overlaps, pool_for, report,
-    required, skipped, unique, wait_for,
+    assert_handled, assert_nothing_held, database_url, journaled, micros_now, ms, overlaps,
+    pool_for, report, required, skipped, start_runner, unique, wait_for,
 };
 
 const ROWS: usize = 600;
@@ -88,7 +88,7 @@ struct Drain<DB: TestDb> {
 }
 
 async fn start_drain<DB: TestDb, F: Form<DB>>(ctx: &mut Ctx<DB>) -> Drain<DB> {
-    let table = ctx.table(Spec::queue()).await;
+    let table = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&table).await;
     let ids = fill(ctx, &table, ROWS).await;
     let journal = Arc::new(Journal::default());
@@ -102,28 +102,11 @@ async fn start_drain<DB: TestDb, F: Form<DB>>(ctx: &mut Ctx<DB>) -> Drain<DB> {
     )
     .await
     .unwrap();
-    let handlers = Arc::clone(&journal);
-    let queue = F::apply(
-        Queue::table(Table::new(&table).retry_after("retry_after")),
-        LEASE,
+    let running = start_runner(
+        &pool,
+        journaled::<DB, F>(&table, LEASE, WORKERS, &journal, WORK),
     )
-    .attempt("attempt")
-    .workers(WORKERS)
-    .handler(move |d: Delivery<DB>| {
-        let journal = Arc::clone(&handlers);
-        let entry = journal.begin(d.id(), d.attempt());
-        async move {
-            tokio::time::sleep(WORK).await;
-            journal.end(entry);
-            Outcome::ack()
-        }
-    });
-    let running = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    .await;
     Drain {
         form: F::NAME,
         table,

@@ -9,14 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::{Delivery, Outcome, Queue, Runner, ShutdownReport, Table};
-use tokio::sync::{Semaphore, mpsc};
+use sqlx_queue::{Delivery, Outcome, Queue, Runner, ShutdownReport};
 use tokio::time::Instant;
 
 use crate::crash::fill;
 use crate::support::{
-    AdvisoryForm, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb, assert_nothing_held,
-    pool_for, report, wait_for,
+    Ctx, Form, Gate, Journal, Spec, TestDb, assert_nothing_held, jobs, journaled, pool_for, report,
+    start_runner, wait_for,
 };
 
 const WORKERS: usize = 8;
@@ -27,20 +26,7 @@ const CANCEL_TIMEOUT: Duration = Duration::from_millis(500);
 /// What the statements in flight (settlements, releases) may add on this shared machine.
 const STATEMENTS: Duration = Duration::from_secs(3);
 
-cases! { shutdown_under_load:
-    postgres_lease => sqlx::Postgres, LeaseForm;
-    postgres_row_lock => sqlx::Postgres, RowLockForm;
-    postgres_advisory => sqlx::Postgres, AdvisoryForm;
-    mysql_lease => sqlx::MySql, LeaseForm;
-    mysql_row_lock => sqlx::MySql, RowLockForm;
-    mysql_advisory => sqlx::MySql, AdvisoryForm;
-    sqlite_lease => sqlx::Sqlite, LeaseForm;
-    sqlite_advisory => sqlx::Sqlite, AdvisoryForm;
-}
-
-fn jobs(table: &str) -> Table {
-    Table::new(table).retry_after("retry_after")
-}
+every_form!(shutdown_under_load);
 
 async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
@@ -49,25 +35,12 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     let pool = ctx.pool(pool_for(WORKERS)).await;
 
     // Handlers that finish: they are let finish, and settled.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&t).await;
     fill(&ctx, &t, 5 * WORKERS).await;
     let journal = Arc::new(Journal::default());
-    let handlers = Arc::clone(&journal);
-    let queue = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
-        .attempt("attempt")
-        .workers(WORKERS)
-        .handler(move |d: Delivery<DB>| {
-            let journal = Arc::clone(&handlers);
-            let entry = journal.begin(d.id(), d.attempt());
-            async move {
-                tokio::time::sleep(WORK).await;
-                journal.end(entry);
-                Outcome::ack()
-            }
-        });
-    let (finished, finish_time) =
-        shut_down_in_work(&pool, SHUTDOWN_TIMEOUT, |r| r.mount(queue), &journal).await;
+    let mount = journaled::<DB, F>(&t, Duration::from_secs(30), WORKERS, &journal, WORK);
+    let (finished, finish_time) = shut_down_in_work(&pool, SHUTDOWN_TIMEOUT, mount, &journal).await;
     assert!(
         finish_time < WORK + STATEMENTS,
         "shutdown took {finish_time:?} for handlers that needed at most {WORK:?}"
@@ -98,11 +71,11 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     let fresh = all_at_once::<DB, F>(&ctx, &t, left).await;
 
     // Handlers that never end: cancelled at the timeout, their rows released at once.
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     fill(&ctx, &t, 2 * WORKERS).await;
     let journal = Arc::new(Journal::default());
     let handlers = Arc::clone(&journal);
-    let queue = F::apply(Queue::table(jobs(&t)), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_secs(30))
         .attempt("attempt")
         .workers(WORKERS)
         .handler(move |d: Delivery<DB>| {
@@ -126,7 +99,7 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
     }
     assert_nothing_held::<DB, F>(&ctx, &t, None).await;
     // Lease and advisory count an attempt at the claim; a row lock's rollback does not.
-    let counted = if F::NAME == "row_lock" { 0 } else { 8 };
+    let counted = if F::COUNTS_AT_TAKE { 8 } else { 0 };
     assert_eq!(
         ctx.count(&t, "attempt = 2").await,
         counted,
@@ -161,27 +134,14 @@ pub(crate) async fn all_at_once<DB: TestDb, F: Form<DB>>(
     rows: usize,
 ) -> Duration {
     let pool = ctx.pool(pool_for(rows)).await;
-    let (started, mut seen) = mpsc::unbounded_channel();
-    let go = Arc::new(Semaphore::new(0));
+    let (go, mut seen) = Gate::new();
     let gate = Arc::clone(&go);
-    let queue = F::apply(Queue::table(jobs(t)), Duration::from_secs(30))
+    let queue = F::apply_leasing(Queue::table(jobs(t)), Duration::from_secs(30))
         .attempt("attempt")
         .workers(rows)
-        .handler(move |d: Delivery<DB>| {
-            let _ = started.send(d.id());
-            let gate = Arc::clone(&gate);
-            async move {
-                let _permit = gate.acquire().await.unwrap();
-                Outcome::ack()
-            }
-        });
+        .handler(move |d: Delivery<DB>| gate.hold(d.id()));
     let begun = Instant::now();
-    let running = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let running = start_runner(&pool, |r| r.mount(queue)).await;
     let mut ids = Vec::new();
     for _ in 0..rows {
         let id = tokio::time::timeout(Duration::from_secs(10), seen.recv())
@@ -197,7 +157,7 @@ pub(crate) async fn all_at_once<DB: TestDb, F: Form<DB>>(
         ids.push(id);
     }
     let took = begun.elapsed();
-    go.add_permits(rows);
+    go.open(rows);
     ctx.wait_none(t, "1 = 1", 30).await;
     running.shutdown().await.unwrap();
     pool.close().await;
@@ -212,10 +172,7 @@ async fn shut_down_in_work<DB: TestDb>(
     mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
     journal: &Journal,
 ) -> (ShutdownReport, Duration) {
-    let runner = Runner::new(pool.clone())
-        .poll_interval(Duration::from_millis(20))
-        .shutdown_timeout(timeout);
-    let running = mount(runner).start().await.unwrap();
+    let running = start_runner(pool, |r| mount(r.shutdown_timeout(timeout))).await;
     wait_for("8 deliveries in work", Duration::from_secs(10), || async {
         journal.in_work() == WORKERS
     })

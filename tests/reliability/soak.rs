@@ -25,8 +25,8 @@ use tokio::time::Instant;
 use crate::crash::fill;
 use crate::outcomes::{Decision, MAX_ATTEMPTS, decide};
 use crate::support::{
-    AdvisoryForm, Consumer, Ctx, Form, LeaseForm, RowLockForm, Spec, TestDb, assert_nothing_held,
-    micros_now, report,
+    AdvisoryForm, Consumer, Ctx, Form, LeaseForm, Spec, TestDb, assert_nothing_held, micros_now,
+    report,
 };
 
 /// Jobs per form and database in CI, where the suite must stay within a few minutes.
@@ -34,13 +34,8 @@ const CI_JOBS: usize = 1500;
 const PROCESSES: usize = 3;
 const WORKERS: &str = "4";
 
+every_form!(soak: servers);
 cases! { soak:
-    postgres_lease => sqlx::Postgres, LeaseForm;
-    postgres_row_lock => sqlx::Postgres, RowLockForm;
-    postgres_advisory => sqlx::Postgres, AdvisoryForm;
-    mysql_lease => sqlx::MySql, LeaseForm;
-    mysql_row_lock => sqlx::MySql, RowLockForm;
-    mysql_advisory => sqlx::MySql, AdvisoryForm;
     sqlite_lease => sqlx::Sqlite, LeaseForm;
 }
 
@@ -89,9 +84,9 @@ fn fate(seed: u64, id: i64) -> (Fate, u32) {
 
 /// The queue table, its dead letter and its effects.
 async fn tables<DB: TestDb>(ctx: &mut Ctx<DB>, rows: usize) -> (String, Vec<i64>) {
-    let t = ctx.table(Spec::queue()).await;
+    let t = ctx.table(Spec::lease()).await;
     let dead = format!("{t}_dead");
-    ctx.create(&dead, &DB::ddl(&dead, Spec::queue())).await;
+    ctx.create(&dead, &DB::ddl(&dead, Spec::lease())).await;
     let effects = format!("{t}_effects");
     let ddl = format!(
         "CREATE TABLE {effects} (job BIGINT NOT NULL, attempt BIGINT NOT NULL, pid BIGINT NOT NULL)"

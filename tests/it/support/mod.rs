@@ -1,32 +1,23 @@
 //! What the tests share: one context per test, with its own tables (SQLite: its own file), on
-//! the databases of `databases`; the claim forms as types (`forms`); the waits; and (`process`)
-//! the example binaries. Every assertion reads the database through a count, so the same test
-//! text runs on PostgreSQL, MariaDB and SQLite.
+//! the databases of `databases`; the claim forms as types; the waits; and (`process`) the example
+//! binaries. Every assertion reads the database through a count, so the same test text runs on
+//! PostgreSQL, MariaDB and SQLite. What the reliability suite uses too is in `tests/common`.
 
+#[path = "../../common/mod.rs"]
+mod common;
 mod databases;
-mod forms;
 mod process;
 
-use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use sqlx::Pool;
 
-pub(crate) use databases::{Bind, Spec, TestDb, TestRow};
-pub(crate) use forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
-pub(crate) use process::{Consumer, example_binary};
-
-/// A name no other test (in this run or an earlier one) uses.
-pub(crate) fn unique() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("{}_{n}_{nanos:x}", std::process::id())
-}
+pub(crate) use common::databases::Spec;
+pub(crate) use common::forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
+pub(crate) use common::{example_binary, recv, report, unique, wait_for};
+pub(crate) use databases::{Bind, TestDb, TestRow};
+pub(crate) use process::Consumer;
 
 /// One test's database.
 pub(crate) struct Ctx<DB: TestDb> {
@@ -39,32 +30,19 @@ pub(crate) struct Ctx<DB: TestDb> {
 impl<DB: TestDb> Ctx<DB> {
     /// The database, or `None` (with a notice) when its URL is not set and not required.
     pub(crate) async fn new() -> Option<Self> {
-        // `RUST_LOG=sqlx_queue=debug cargo test ..` shows the runner's logs of failing tests.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let url = match DB::URL_VAR {
-            None => Some(
-                std::env::temp_dir()
-                    .join(format!("sqlx-queue-test-{}.db", unique()))
-                    .display()
-                    .to_string(),
-            ),
-            Some(var) => match std::env::var(var) {
-                Ok(url) => Some(url),
-                Err(_) if std::env::var("SQLX_QUEUE_REQUIRE_ALL").as_deref() == Ok("1") => {
-                    panic!("{var} is not set, and SQLX_QUEUE_REQUIRE_ALL=1 requires every database")
-                }
-                Err(_) => {
-                    skipped::<DB>(var);
-                    return None;
-                }
-            },
+        let url = match common::database_url::<DB>("sqlx-queue-test") {
+            Ok(url) => url,
+            Err(var) => {
+                common::note_once(format!(
+                    "note: {var} is not set: the {} tests are skipped (set it, or run .ci/run)",
+                    DB::LABEL
+                ));
+                return None;
+            }
         };
         Some(Ctx {
-            pool: DB::connect(url.as_deref(), 12).await,
-            url,
+            pool: DB::connect(Some(&url), 12).await,
+            url: Some(url),
             tables: Vec::new(),
         })
     }
@@ -146,63 +124,9 @@ impl<DB: TestDb> Ctx<DB> {
     }
 }
 
-/// Says once per database that its tests are skipped. Written to the process's stderr directly:
-/// the test harness captures `eprintln!` of passing tests, and this notice must be seen.
-fn skipped<DB: TestDb>(var: &str) {
-    use std::io::Write as _;
-    use std::sync::Mutex;
-    static SAID: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
-    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
-    if !said.contains(&DB::LABEL) {
-        said.push(DB::LABEL);
-        let _ = writeln!(
-            std::io::stderr(),
-            "note: {var} is not set: the {} tests are skipped (set it, or run .ci/run)",
-            DB::LABEL
-        );
-    }
-}
-
 /// `pool` as a PostgreSQL pool, when it is one (tests written once for every database call
 /// PostgreSQL-only functions through it).
 pub(crate) fn as_pg<DB: sqlx::Database>(pool: &Pool<DB>) -> Option<sqlx::PgPool> {
     let any: &dyn std::any::Any = pool;
     any.downcast_ref::<sqlx::PgPool>().cloned()
-}
-
-/// Polls `check` every 10 ms until it holds, failing the test with `what` after `timeout`.
-pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-/// Receives from `rx`, failing the test with `what` after `secs`.
-pub(crate) async fn recv<T>(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<T>,
-    what: &str,
-    secs: u64,
-) -> T {
-    tokio::time::timeout(Duration::from_secs(secs), rx.recv())
-        .await
-        .unwrap_or_else(|_| panic!("timed out after {secs} s waiting for {what}"))
-        .unwrap_or_else(|| panic!("the channel closed while waiting for {what}"))
-}
-
-/// Prints a measured figure where `cargo test` shows it (the harness captures `eprintln!`).
-pub(crate) fn report(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "measured: {line}");
 }

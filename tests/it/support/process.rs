@@ -1,22 +1,8 @@
-//! The example binaries the tests run, and the consumer process.
+//! The consumer process the tests run.
 
 use std::time::Duration;
 
-/// The path of an example's binary, which `cargo test` builds with the tests.
-pub(crate) fn example_binary(name: &str) -> std::path::PathBuf {
-    let deps = std::env::current_exe().expect("the test binary's path");
-    let profile = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let binary = profile.join("examples").join(name);
-    assert!(
-        binary.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --example {name}`)",
-        binary.display()
-    );
-    binary
-}
+use super::example_binary;
 
 /// A consumer process (`examples/consumer.rs`) on `table`, and its standard output.
 pub(crate) struct Consumer {

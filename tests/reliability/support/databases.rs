@@ -1,5 +1,5 @@
-//! The databases: what the scenarios run on each (copied from `tests/it/support.rs` and
-//! extended with server sessions, locks and triggers).
+//! The databases: on top of what `tests/it` shares with the scenarios (`common::databases`),
+//! server sessions, locks and triggers.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -7,40 +7,48 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use sqlx::pool::PoolOptions;
 use sqlx::{Pool, Row as _};
-use sqlx_queue::{Backend, Job, Table};
+
+use super::common::databases::{Db, Spec, create_table, placeholders};
 
 /// How long a test pool waits for a connection.
 const ACQUIRE: Duration = Duration::from_secs(20);
+/// The `application_name` of the test pools on PostgreSQL.
+const TAG: &str = "sqlx-queue-reliability";
 
 /// Server connection ids a pool's connections had, recorded when each connected.
 pub(crate) type ConnIds = Arc<Mutex<Vec<i64>>>;
 
 /// A database the scenarios run against.
-pub(crate) trait TestDb: Backend + Sized {
-    /// The environment variable with the server's URL (`None`: SQLite, always available).
-    const URL_VAR: Option<&'static str>;
-    const LABEL: &'static str;
-
+pub(crate) trait TestDb: Db {
     /// A pool of `max` connections on `url` (SQLite: a file).
-    fn connect(url: &str, max: u32) -> impl Future<Output = Pool<Self>> + Send;
+    fn connect(url: &str, max: u32) -> impl Future<Output = Pool<Self>> + Send {
+        async move {
+            Self::connect_tagged(url, max, ACQUIRE, TAG, ConnIds::default())
+                .await
+                .unwrap_or_else(|e| panic!("{} at {url}: {e}", Self::LABEL))
+        }
+    }
+
     /// A pool whose connections record their server ids in `ids` when they connect, and (on
     /// PostgreSQL) carry `tag` as their `application_name`; `acquire` is its acquire timeout.
+    /// (SQLite's, without server sessions, records nothing.)
     fn connect_tagged(
         url: &str,
         max: u32,
         acquire: Duration,
         tag: &str,
         ids: ConnIds,
-    ) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send;
-    fn exec(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<u64>> + Send;
-    /// Runs `sql` with one `?` placeholder, bound to `time`.
-    fn exec_time(
-        pool: &Pool<Self>,
-        sql: &str,
-        time: DateTime<Utc>,
-    ) -> impl Future<Output = sqlx::Result<u64>> + Send;
-    fn count(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<i64>> + Send;
+    ) -> impl Future<Output = sqlx::Result<Pool<Self>>> + Send {
+        recording(max, acquire, ids).connect_with(Self::tagged_options(url, tag))
+    }
+
+    /// How a pool tagged `tag` connects to `url`.
+    fn tagged_options(url: &str, _tag: &str) -> <Self::Connection as sqlx::Connection>::Options {
+        Self::connect_options(url)
+    }
+
     fn count_time(
         pool: &Pool<Self>,
         sql: &str,
@@ -51,41 +59,49 @@ pub(crate) trait TestDb: Backend + Sized {
         pool: &Pool<Self>,
         sql: &str,
     ) -> impl Future<Output = sqlx::Result<Vec<Vec<Option<i64>>>>> + Send;
-    fn bytes(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<Vec<u8>>> + Send;
-    /// Runs `sql` on `conn` (a transaction is opened and ended with plain statements).
-    fn exec_on(
-        conn: &mut Self::Connection,
-        sql: &str,
-    ) -> impl Future<Output = sqlx::Result<u64>> + Send;
     fn exec_time_on(
         conn: &mut Self::Connection,
         sql: &str,
         time: DateTime<Utc>,
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
-    /// The statement that takes `table`'s write lock from another session and keeps it until
+
+    /// The statements that take `table`'s write lock from another session and keep it until
     /// `COMMIT`: `SELECT .. FOR UPDATE` of row `id`, or SQLite's `BEGIN IMMEDIATE`.
-    fn lock_row(table: &str, id: i64) -> Vec<String>;
+    fn lock_row(table: &str, id: i64) -> Vec<String> {
+        vec![
+            "BEGIN".to_owned(),
+            format!("SELECT id FROM {table} WHERE id = {id} FOR UPDATE"),
+        ]
+    }
+
     /// Takes every row of `table` with `FOR UPDATE NOWAIT` in a transaction it rolls back:
     /// `Err` when any row is locked.
     fn nowait_all(pool: &Pool<Self>, table: &str)
     -> impl Future<Output = sqlx::Result<u64>> + Send;
-    fn ddl(table: &str, spec: Spec) -> String;
-    /// `Table::enqueue` on the pool (written per database: sqlx's executor bounds do not
-    /// follow a generic `DB`).
-    fn enqueue(
-        pool: &Pool<Self>,
-        table: &Table,
-        job: Job<'_>,
-    ) -> impl Future<Output = sqlx_queue::Result<i64>> + Send;
-    fn enqueue_many(
-        pool: &Pool<Self>,
-        table: &Table,
-        jobs: &[Job<'_>],
-    ) -> impl Future<Output = sqlx_queue::Result<u64>> + Send;
+
+    /// `CREATE TABLE table` with `spec`'s columns, `attempt` a `BIGINT` on every database.
+    fn ddl(table: &str, spec: Spec) -> String {
+        create_table::<Self>(table, spec, "BIGINT")
+    }
+
     /// A table `settled` and a trigger that writes the id of every row deleted from `table`.
-    fn settled_ledger(table: &str, settled: &str) -> Vec<String>;
+    fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
+        let mut sql = vec![format!("CREATE TABLE {settled} (job BIGINT NOT NULL)")];
+        sql.extend(Self::settle_trigger(table, settled));
+        sql
+    }
+
+    /// The trigger of `settled_ledger` (PostgreSQL: and its function).
+    fn settle_trigger(table: &str, settled: &str) -> Vec<String>;
+
     /// What the trigger of `settled_ledger` leaves besides its tables.
-    fn cleanup(table: &str) -> Vec<String>;
+    fn cleanup(_table: &str) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The server's id of the session `conn` is on.
+    fn session_id(conn: &mut Self::Connection) -> BoxFuture<'_, sqlx::Result<i64>>;
+
     /// Ends the server sessions `ids` (or tagged `tag`) of a pool, returning how many it ended.
     fn kill_sessions(
         admin: &Pool<Self>,
@@ -94,50 +110,24 @@ pub(crate) trait TestDb: Backend + Sized {
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
 }
 
-/// The columns a test table has beyond `id` and `payload`.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Spec {
-    pub(crate) group: bool,
-    pub(crate) attempt: bool,
-    pub(crate) lease: bool,
-    pub(crate) retry_after: bool,
+/// Pool options of `max` connections that wait `acquire` for one, and record the server id of
+/// each connection in `ids` when it connects.
+fn recording<DB: TestDb>(max: u32, acquire: Duration, ids: ConnIds) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(acquire)
+        .after_connect(move |conn, _| {
+            let ids = Arc::clone(&ids);
+            Box::pin(async move {
+                let id = DB::session_id(conn).await?;
+                ids.lock().unwrap().push(id);
+                Ok(())
+            })
+        })
 }
 
-impl Spec {
-    /// `attempt`, `locked_until` and `retry_after`: the README's schema without groups.
-    pub(crate) fn queue() -> Self {
-        Spec {
-            attempt: true,
-            lease: true,
-            retry_after: true,
-            ..Spec::default()
-        }
-    }
-}
-
-macro_rules! test_db_common {
+macro_rules! test_db_calls {
     () => {
-        async fn exec(pool: &Pool<Self>, sql: &str) -> sqlx::Result<u64> {
-            let done = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected())
-        }
-
-        async fn exec_time(pool: &Pool<Self>, sql: &str, time: DateTime<Utc>) -> sqlx::Result<u64> {
-            let done = sqlx::query(sqlx::AssertSqlSafe(placeholders::<Self>(sql)))
-                .bind(time)
-                .execute(pool)
-                .await?;
-            Ok(done.rows_affected())
-        }
-
-        async fn count(pool: &Pool<Self>, sql: &str) -> sqlx::Result<i64> {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                .fetch_one(pool)
-                .await
-        }
-
         async fn count_time(
             pool: &Pool<Self>,
             sql: &str,
@@ -162,19 +152,6 @@ macro_rules! test_db_common {
                 .collect()
         }
 
-        async fn bytes(pool: &Pool<Self>, sql: &str) -> sqlx::Result<Vec<u8>> {
-            sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
-                .fetch_one(pool)
-                .await
-        }
-
-        async fn exec_on(conn: &mut Self::Connection, sql: &str) -> sqlx::Result<u64> {
-            let done = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-                .execute(conn)
-                .await?;
-            Ok(done.rows_affected())
-        }
-
         async fn exec_time_on(
             conn: &mut Self::Connection,
             sql: &str,
@@ -185,22 +162,6 @@ macro_rules! test_db_common {
                 .execute(conn)
                 .await?;
             Ok(done.rows_affected())
-        }
-
-        async fn enqueue(
-            pool: &Pool<Self>,
-            table: &Table,
-            job: Job<'_>,
-        ) -> sqlx_queue::Result<i64> {
-            table.enqueue(pool, job).await
-        }
-
-        async fn enqueue_many(
-            pool: &Pool<Self>,
-            table: &Table,
-            jobs: &[Job<'_>],
-        ) -> sqlx_queue::Result<u64> {
-            table.enqueue_many(pool, jobs).await
         }
 
         async fn nowait_all(pool: &Pool<Self>, table: &str) -> sqlx::Result<u64> {
@@ -215,34 +176,7 @@ macro_rules! test_db_common {
     };
 }
 
-/// `?` placeholders as the database writes them.
-pub(crate) fn placeholders<DB: TestDb>(sql: &str) -> String {
-    if DB::LABEL != "postgres" {
-        return sql.to_owned();
-    }
-    let mut n = 0;
-    sql.chars()
-        .map(|c| {
-            if c == '?' {
-                n += 1;
-                format!("${n}")
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 impl TestDb for sqlx::Sqlite {
-    const URL_VAR: Option<&'static str> = None;
-    const LABEL: &'static str = "sqlite";
-
-    async fn connect(url: &str, max: u32) -> Pool<Self> {
-        Self::connect_tagged(url, max, ACQUIRE, "", ConnIds::default())
-            .await
-            .expect("a SQLite file in the temporary directory")
-    }
-
     async fn connect_tagged(
         url: &str,
         max: u32,
@@ -250,48 +184,28 @@ impl TestDb for sqlx::Sqlite {
         _tag: &str,
         _ids: ConnIds,
     ) -> sqlx::Result<Pool<Self>> {
-        use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-        let options = SqliteConnectOptions::new()
-            .filename(url)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(Duration::from_secs(10));
-        SqlitePoolOptions::new()
+        PoolOptions::new()
             .max_connections(max)
             .acquire_timeout(acquire)
-            .connect_with(options)
+            .connect_with(Self::connect_options(url))
             .await
     }
 
-    test_db_common!();
+    test_db_calls!();
 
     fn lock_row(_table: &str, _id: i64) -> Vec<String> {
         vec!["BEGIN IMMEDIATE".to_owned()]
     }
 
-    fn ddl(table: &str, spec: Spec) -> String {
-        columns(
-            table,
-            spec,
-            "id INTEGER PRIMARY KEY",
-            "BLOB NOT NULL",
-            "TEXT",
-            "TEXT",
-        )
+    fn settle_trigger(table: &str, settled: &str) -> Vec<String> {
+        vec![format!(
+            "CREATE TRIGGER {table}_settled AFTER DELETE ON {table} \
+             BEGIN INSERT INTO {settled} (job) VALUES (OLD.id); END"
+        )]
     }
 
-    fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
-        vec![
-            format!("CREATE TABLE {settled} (job BIGINT NOT NULL)"),
-            format!(
-                "CREATE TRIGGER {table}_settled AFTER DELETE ON {table} \
-                 BEGIN INSERT INTO {settled} (job) VALUES (OLD.id); END"
-            ),
-        ]
-    }
-
-    fn cleanup(_table: &str) -> Vec<String> {
-        Vec::new()
+    fn session_id(_conn: &mut Self::Connection) -> BoxFuture<'_, sqlx::Result<i64>> {
+        unreachable!("SQLite has no server sessions")
     }
 
     async fn kill_sessions(_admin: &Pool<Self>, _tag: &str, _ids: &[i64]) -> sqlx::Result<u64> {
@@ -300,70 +214,14 @@ impl TestDb for sqlx::Sqlite {
 }
 
 impl TestDb for sqlx::Postgres {
-    const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_PG_URL");
-    const LABEL: &'static str = "postgres";
-
-    async fn connect(url: &str, max: u32) -> Pool<Self> {
-        Self::connect_tagged(
-            url,
-            max,
-            ACQUIRE,
-            "sqlx-queue-reliability",
-            ConnIds::default(),
-        )
-        .await
-        .expect("PostgreSQL at SQLX_QUEUE_PG_URL")
+    fn tagged_options(url: &str, tag: &str) -> sqlx::postgres::PgConnectOptions {
+        Self::connect_options(url).application_name(tag)
     }
 
-    async fn connect_tagged(
-        url: &str,
-        max: u32,
-        acquire: Duration,
-        tag: &str,
-        ids: ConnIds,
-    ) -> sqlx::Result<Pool<Self>> {
-        use std::str::FromStr as _;
-        let options = sqlx::postgres::PgConnectOptions::from_str(url)?.application_name(tag);
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(acquire)
-            .after_connect(move |conn, _| {
-                let ids = Arc::clone(&ids);
-                Box::pin(async move {
-                    let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    ids.lock().unwrap().push(i64::from(pid));
-                    Ok(())
-                }) as BoxFuture<'_, sqlx::Result<()>>
-            })
-            .connect_with(options)
-            .await
-    }
+    test_db_calls!();
 
-    test_db_common!();
-
-    fn lock_row(table: &str, id: i64) -> Vec<String> {
+    fn settle_trigger(table: &str, settled: &str) -> Vec<String> {
         vec![
-            "BEGIN".to_owned(),
-            format!("SELECT id FROM {table} WHERE id = {id} FOR UPDATE"),
-        ]
-    }
-
-    fn ddl(table: &str, spec: Spec) -> String {
-        columns(
-            table,
-            spec,
-            "id BIGSERIAL PRIMARY KEY",
-            "BYTEA NOT NULL",
-            "TEXT",
-            "TIMESTAMPTZ",
-        )
-    }
-
-    fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
-        vec![
-            format!("CREATE TABLE {settled} (job BIGINT NOT NULL)"),
             format!(
                 "CREATE FUNCTION {table}_settle() RETURNS trigger LANGUAGE plpgsql AS \
                  $$ BEGIN INSERT INTO {settled} (job) VALUES (OLD.id); RETURN OLD; END $$"
@@ -379,6 +237,15 @@ impl TestDb for sqlx::Postgres {
         vec![format!("DROP FUNCTION IF EXISTS {table}_settle() CASCADE")]
     }
 
+    fn session_id(conn: &mut Self::Connection) -> BoxFuture<'_, sqlx::Result<i64>> {
+        Box::pin(async move {
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(conn)
+                .await?;
+            Ok(i64::from(pid))
+        })
+    }
+
     async fn kill_sessions(admin: &Pool<Self>, tag: &str, _ids: &[i64]) -> sqlx::Result<u64> {
         let ended: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity \
@@ -392,71 +259,22 @@ impl TestDb for sqlx::Postgres {
 }
 
 impl TestDb for sqlx::MySql {
-    const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_MYSQL_URL");
-    const LABEL: &'static str = "mysql";
+    test_db_calls!();
 
-    async fn connect(url: &str, max: u32) -> Pool<Self> {
-        Self::connect_tagged(url, max, ACQUIRE, "", ConnIds::default())
-            .await
-            .expect("MySQL/MariaDB at SQLX_QUEUE_MYSQL_URL")
+    fn settle_trigger(table: &str, settled: &str) -> Vec<String> {
+        vec![format!(
+            "CREATE TRIGGER {table}_settled AFTER DELETE ON {table} FOR EACH ROW \
+             INSERT INTO {settled} (job) VALUES (OLD.id)"
+        )]
     }
 
-    async fn connect_tagged(
-        url: &str,
-        max: u32,
-        acquire: Duration,
-        _tag: &str,
-        ids: ConnIds,
-    ) -> sqlx::Result<Pool<Self>> {
-        sqlx::mysql::MySqlPoolOptions::new()
-            .max_connections(max)
-            .acquire_timeout(acquire)
-            .after_connect(move |conn, _| {
-                let ids = Arc::clone(&ids);
-                Box::pin(async move {
-                    let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
-                        .fetch_one(&mut *conn)
-                        .await?;
-                    ids.lock().unwrap().push(id as i64);
-                    Ok(())
-                }) as BoxFuture<'_, sqlx::Result<()>>
-            })
-            .connect(url)
-            .await
-    }
-
-    test_db_common!();
-
-    fn lock_row(table: &str, id: i64) -> Vec<String> {
-        vec![
-            "BEGIN".to_owned(),
-            format!("SELECT id FROM {table} WHERE id = {id} FOR UPDATE"),
-        ]
-    }
-
-    fn ddl(table: &str, spec: Spec) -> String {
-        columns(
-            table,
-            spec,
-            "id BIGINT AUTO_INCREMENT PRIMARY KEY",
-            "LONGBLOB NOT NULL",
-            "VARCHAR(64)",
-            "DATETIME(6)",
-        )
-    }
-
-    fn settled_ledger(table: &str, settled: &str) -> Vec<String> {
-        vec![
-            format!("CREATE TABLE {settled} (job BIGINT NOT NULL)"),
-            format!(
-                "CREATE TRIGGER {table}_settled AFTER DELETE ON {table} FOR EACH ROW \
-                 INSERT INTO {settled} (job) VALUES (OLD.id)"
-            ),
-        ]
-    }
-
-    fn cleanup(_table: &str) -> Vec<String> {
-        Vec::new()
+    fn session_id(conn: &mut Self::Connection) -> BoxFuture<'_, sqlx::Result<i64>> {
+        Box::pin(async move {
+            let id: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+                .fetch_one(conn)
+                .await?;
+            Ok(id as i64)
+        })
     }
 
     async fn kill_sessions(admin: &Pool<Self>, _tag: &str, ids: &[i64]) -> sqlx::Result<u64> {
@@ -486,21 +304,4 @@ impl TestDb for sqlx::MySql {
         }
         Ok(ended)
     }
-}
-
-fn columns(table: &str, spec: Spec, id: &str, payload: &str, text: &str, time: &str) -> String {
-    let mut ddl = format!("CREATE TABLE {table} ({id}, payload {payload}");
-    if spec.group {
-        ddl += &format!(", queue {text}");
-    }
-    if spec.attempt {
-        ddl += ", attempt BIGINT NOT NULL DEFAULT 1";
-    }
-    if spec.lease {
-        ddl += &format!(", locked_until {time}");
-    }
-    if spec.retry_after {
-        ddl += &format!(", retry_after {time}");
-    }
-    ddl + ")"
 }

@@ -1,7 +1,11 @@
 //! The handlers' own records of their deliveries, and what the invariants read from them.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx_queue::Outcome;
 
 /// Microseconds since the Unix epoch, by this host's clock (the consumer's ledger uses it too).
 pub(crate) fn micros_now() -> i64 {
@@ -60,6 +64,23 @@ impl Journal {
     pub(crate) fn ended(&self) -> usize {
         let entries = self.entries.lock().unwrap();
         entries.iter().filter(|d| d.end.is_some()).count()
+    }
+
+    /// A handler's delivery of row `id`: notes its start now; the future works `work`, notes its
+    /// end and acks.
+    pub(crate) fn work(
+        self: &Arc<Self>,
+        id: i64,
+        attempt: u32,
+        work: Duration,
+    ) -> impl Future<Output = Outcome> + Send + use<> {
+        let journal = Arc::clone(self);
+        let entry = journal.begin(id, attempt);
+        async move {
+            tokio::time::sleep(work).await;
+            journal.end(entry);
+            Outcome::ack()
+        }
     }
 }
 

@@ -1,99 +1,27 @@
 //! What the scenarios share: the databases, the claim forms as types, the ledgers the invariants
-//! are read from, and the consumer process.
+//! are read from, and the consumer process. What `tests/it` uses too is in `tests/common`.
 
+#[path = "../../common/mod.rs"]
+mod common;
 mod databases;
 mod ledger;
 mod process;
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::Queue;
-use sqlx_queue::state::{AdvisoryLock, ClaimForm, FormOn, Lease, NoForm, RowLock};
-use tokio::time::Instant;
+use sqlx_queue::{Delivery, Outcome, Queue, Runner, Running, Table};
+use tokio::sync::{Semaphore, mpsc};
 
-pub(crate) use databases::{ConnIds, Spec, TestDb};
+pub(crate) use common::databases::Spec;
+pub(crate) use common::forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
+pub(crate) use common::{recv, report, required, unique, wait_for};
+pub(crate) use databases::{ConnIds, TestDb};
 pub(crate) use ledger::{Delivered, Journal, assert_handled, micros_now, ms, overlaps, spread};
 pub(crate) use process::Consumer;
-
-/// A claim form as a type, so one scenario is written once for every form and database.
-pub(crate) trait Form<DB: TestDb>: Send + Sync + 'static {
-    type F: ClaimForm + FormOn<DB> + Send + 'static;
-    /// As the consumer example names it.
-    const NAME: &'static str;
-    /// Whether the form holds each row on a session (row lock, advisory): no row is then in two
-    /// handlers at once while that session lives.
-    const HOLDS: bool;
-
-    /// Gives `queue` this form; `lease` is the lease form's duration.
-    fn apply<A, C, M, B, H>(
-        queue: Queue<NoForm, A, C, M, B, H>,
-        lease: Duration,
-    ) -> Queue<Self::F, A, C, M, B, H>;
-}
-
-/// The lease form, on its `locked_until` column.
-pub(crate) struct LeaseForm;
-/// The row lock form (PostgreSQL, MySQL/MariaDB).
-pub(crate) struct RowLockForm;
-/// The advisory lock form.
-pub(crate) struct AdvisoryForm;
-
-impl<DB: TestDb> Form<DB> for LeaseForm {
-    type F = Lease;
-    const NAME: &'static str = "lease";
-    const HOLDS: bool = false;
-
-    fn apply<A, C, M, B, H>(
-        queue: Queue<NoForm, A, C, M, B, H>,
-        lease: Duration,
-    ) -> Queue<Lease, A, C, M, B, H> {
-        queue.lease("locked_until").lease_duration(lease)
-    }
-}
-
-impl<DB: TestDb> Form<DB> for RowLockForm
-where
-    RowLock: FormOn<DB>,
-{
-    type F = RowLock;
-    const NAME: &'static str = "row_lock";
-    const HOLDS: bool = true;
-
-    fn apply<A, C, M, B, H>(
-        queue: Queue<NoForm, A, C, M, B, H>,
-        _lease: Duration,
-    ) -> Queue<RowLock, A, C, M, B, H> {
-        queue.row_lock()
-    }
-}
-
-impl<DB: TestDb> Form<DB> for AdvisoryForm {
-    type F = AdvisoryLock;
-    const NAME: &'static str = "advisory";
-    const HOLDS: bool = true;
-
-    fn apply<A, C, M, B, H>(
-        queue: Queue<NoForm, A, C, M, B, H>,
-        _lease: Duration,
-    ) -> Queue<AdvisoryLock, A, C, M, B, H> {
-        queue.advisory_lock()
-    }
-}
-
-/// A name no other test (in this run or an earlier one) uses.
-pub(crate) fn unique() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    format!("{}_{n}_{nanos:x}", std::process::id())
-}
 
 /// The size of a pool for `n` handlers at once: a connection each, and one for the runner's own
 /// statements. A test's counts are small: the panic never fires.
@@ -101,40 +29,76 @@ pub(crate) fn pool_for(n: usize) -> u32 {
     u32::try_from(n + 1).expect("a test's pool size fits a u32")
 }
 
-/// The URL of `DB`'s server (SQLite: a fresh file), or `None` with a notice when it is not set
-/// and not required.
-pub(crate) fn database_url<DB: TestDb>() -> Option<String> {
-    init_tracing();
-    match DB::URL_VAR {
-        None => Some(
-            std::env::temp_dir()
-                .join(format!("sqlx-queue-reliability-{}.db", unique()))
-                .display()
-                .to_string(),
-        ),
-        Some(var) => match std::env::var(var) {
-            Ok(url) => Some(url),
-            Err(_) if required() => {
-                panic!("{var} is not set, and SQLX_QUEUE_REQUIRE_ALL=1 requires every database")
-            }
-            Err(_) => {
-                skipped(DB::LABEL, &format!("{var} is not set"));
-                None
-            }
-        },
+/// The scenarios' table `table`, with its `retry_after` column.
+pub(crate) fn jobs(table: &str) -> Table {
+    Table::new(table).retry_after("retry_after")
+}
+
+/// Starts a runner on `pool`, polling every 20 ms, with what `mount` mounts on it.
+pub(crate) async fn start_runner<DB: TestDb>(
+    pool: &Pool<DB>,
+    mount: impl FnOnce(Runner<DB>) -> Runner<DB>,
+) -> Running {
+    let runner = Runner::new(pool.clone()).poll_interval(Duration::from_millis(20));
+    mount(runner).start().await.unwrap()
+}
+
+/// Mounts a queue of form `F` (a lease of `lease`) on `table`, counting attempts, whose
+/// `workers` handlers note each delivery in `journal`, work `work` and ack.
+pub(crate) fn journaled<DB: TestDb, F: Form<DB>>(
+    table: &str,
+    lease: Duration,
+    workers: usize,
+    journal: &Arc<Journal>,
+    work: Duration,
+) -> impl FnOnce(Runner<DB>) -> Runner<DB> {
+    let journal = Arc::clone(journal);
+    let queue = F::apply_leasing(Queue::table(jobs(table)), lease)
+        .attempt("attempt")
+        .workers(workers)
+        .handler(move |d: Delivery<DB>| journal.work(d.id(), d.attempt(), work));
+    move |runner| runner.mount(queue)
+}
+
+/// Where handlers hold their deliveries until the test lets them ack: each delivery's id is sent
+/// on as it arrives.
+#[derive(Debug)]
+pub(crate) struct Gate {
+    arrived: mpsc::UnboundedSender<i64>,
+    permits: Arc<Semaphore>,
+}
+
+impl Gate {
+    /// A closed gate, and the ids of the deliveries that reach it.
+    pub(crate) fn new() -> (Arc<Self>, mpsc::UnboundedReceiver<i64>) {
+        let (arrived, ids) = mpsc::unbounded_channel();
+        let permits = Arc::new(Semaphore::new(0));
+        (Arc::new(Gate { arrived, permits }), ids)
+    }
+
+    /// A handler's delivery of row `id`: sends `id` on now; the future waits for a permit, which
+    /// it holds until it acks.
+    pub(crate) fn hold(&self, id: i64) -> impl Future<Output = Outcome> + Send + use<> {
+        let _ = self.arrived.send(id);
+        let permits = Arc::clone(&self.permits);
+        async move {
+            let _permit = permits.acquire().await.unwrap();
+            Outcome::ack()
+        }
+    }
+
+    /// Lets `n` deliveries at once through.
+    pub(crate) fn open(&self, n: usize) {
+        self.permits.add_permits(n);
     }
 }
 
-pub(crate) fn required() -> bool {
-    std::env::var("SQLX_QUEUE_REQUIRE_ALL").as_deref() == Ok("1")
-}
-
-fn init_tracing() {
-    // `RUST_LOG=sqlx_queue=debug cargo test --test reliability ..` shows the runner's logs.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+/// The URL of `DB`'s server (SQLite: a fresh file), or `None` with a notice when it is not set
+/// and not required.
+pub(crate) fn database_url<DB: TestDb>() -> Option<String> {
+    common::database_url::<DB>("sqlx-queue-reliability")
+        .map_err(|var| skipped(DB::LABEL, &format!("{var} is not set")))
+        .ok()
 }
 
 /// One test's database: its pool, and the tables to drop at the end.
@@ -335,37 +299,7 @@ pub(crate) fn fnv1a_32(text: &str) -> u32 {
 
 /// Says that a test is skipped, where `cargo test` shows it.
 pub(crate) fn skipped(what: &str, why: &str) {
-    use std::io::Write as _;
-    static SAID: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
-    let line = format!("note: {why}: the {what} reliability tests are skipped");
-    if !said.contains(&line) {
-        let _ = writeln!(std::io::stderr(), "{line}");
-        said.push(line);
-    }
-}
-
-/// Prints a measured figure where `cargo test` shows it (the harness captures `eprintln!`).
-pub(crate) fn report(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "measured: {line}");
-}
-
-/// Polls `check` every 10 ms until it holds, failing the test with `what` after `timeout`.
-pub(crate) async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    common::note_once(format!(
+        "note: {why}: the {what} reliability tests are skipped"
+    ));
 }

@@ -2,23 +2,8 @@
 
 use std::time::Duration;
 
+use super::common::example_binary;
 use super::micros_now;
-
-/// The path of an example's binary, which `cargo test` builds with the tests.
-pub(crate) fn example_binary(name: &str) -> std::path::PathBuf {
-    let deps = std::env::current_exe().expect("the test binary's path");
-    let profile = deps
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/<profile>/deps");
-    let binary = profile.join("examples").join(name);
-    assert!(
-        binary.exists(),
-        "{} is missing: `cargo test` builds the examples (or run `cargo build --example {name}`)",
-        binary.display()
-    );
-    binary
-}
 
 /// A consumer process (`examples/consumer.rs`), started and running.
 pub(crate) struct Consumer {
