@@ -337,12 +337,10 @@ mod tests {
             "DELETE `jobs` FROM (SELECT CAST(? AS SIGNED) AS sqlxq_id) AS sqlxq_ids \
              STRAIGHT_JOIN `jobs` ON `jobs`.`id` = sqlxq_ids.sqlxq_id"
         );
-        assert!(
-            sql.retry_many.unwrap().for_len(2).text().ends_with(
-                "ON `jobs`.`id` = sqlxq_ids.sqlxq_id SET `attempt` = CASE WHEN `attempt` < \
+        assert!(sql.retry_many.unwrap().for_len(2).text().ends_with(
+            "ON `jobs`.`id` = sqlxq_ids.sqlxq_id SET `attempt` = CASE WHEN `attempt` < \
                  9223372036854775807 THEN `attempt` + 1 ELSE `attempt` END"
-            )
-        );
+        ));
     }
 
     #[test]

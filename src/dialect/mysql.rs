@@ -140,7 +140,10 @@ pub(super) fn finish_joined(n: &Names, count: u16) -> Stmt {
         Some(processed_at) => {
             w.push("UPDATE ");
             joined_ids(&mut w, n, count);
-            w.push(" SET ").push(processed_at).push(" = ").param(Slot::Now);
+            w.push(" SET ")
+                .push(processed_at)
+                .push(" = ")
+                .param(Slot::Now);
             if let Some(lease) = &n.lease {
                 w.push(", ").push(lease).push(" = NULL");
             }
