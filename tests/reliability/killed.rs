@@ -98,7 +98,7 @@ async fn killed_connections<DB: TestDb, F: Form<DB>>() {
             .collect();
         assert!(
             unexplained.is_empty(),
-            "rows in two handlers at once with no kill between: {unexplained:?}"
+            "rows in two handlers at once with no kill between: {unexplained:?}; kills (began, ended): {kills:?}"
         );
     } else {
         // The leases were kept (extended or not yet due): no row was delivered twice at once.

@@ -246,10 +246,14 @@ impl TestDb for sqlx::Postgres {
         })
     }
 
+    /// Returns once the sessions have ended, not once they were told to (PostgreSQL 14+'s
+    /// timeout): a session told to end may still answer a statement meanwhile, so a kill's
+    /// effect (a row free again while its handler works) could come after the kill returned.
     async fn kill_sessions(admin: &Pool<Self>, tag: &str, _ids: &[i64]) -> sqlx::Result<u64> {
         let ended: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) AS ended FROM pg_stat_activity \
-             WHERE application_name = $1 AND pid <> pg_backend_pid()) t WHERE ended",
+            "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid, 5000) AS ended \
+             FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()) t \
+             WHERE ended",
         )
         .bind(tag)
         .fetch_one(admin)
