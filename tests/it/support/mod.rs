@@ -6,6 +6,7 @@
 mod databases;
 mod forms;
 mod process;
+mod servers;
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +18,7 @@ use sqlx::Pool;
 pub(crate) use databases::{Bind, Spec, TestDb, TestRow};
 pub(crate) use forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
 pub(crate) use process::{Consumer, example_binary};
+pub(crate) use servers::on_server_of;
 
 /// A name no other test (in this run or an earlier one) uses.
 pub(crate) fn unique() -> String {
@@ -44,7 +46,7 @@ impl<DB: TestDb> Ctx<DB> {
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
             .try_init();
-        let url = match DB::URL_VAR {
+        let url = match servers::url_var::<DB>() {
             None => Some(
                 std::env::temp_dir()
                     .join(format!("sqlx-queue-test-{}.db", unique()))
@@ -148,13 +150,13 @@ impl<DB: TestDb> Ctx<DB> {
 
 /// Says once per database that its tests are skipped. Written to the process's stderr directly:
 /// the test harness captures `eprintln!` of passing tests, and this notice must be seen.
-fn skipped<DB: TestDb>(var: &str) {
+fn skipped<DB: TestDb>(var: &'static str) {
     use std::io::Write as _;
     use std::sync::Mutex;
     static SAID: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
     let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
-    if !said.contains(&DB::LABEL) {
-        said.push(DB::LABEL);
+    if !said.contains(&var) {
+        said.push(var);
         let _ = writeln!(
             std::io::stderr(),
             "note: {var} is not set: the {} tests are skipped (set it, or run .ci/run)",
