@@ -15,6 +15,36 @@ impl Driver for Postgres {
 
     driver_common!();
 
+    async fn pin(conn: &mut Self::Connection, unprepared: bool) -> Result<bool, sqlx::Error> {
+        use sqlx_core::transaction::TransactionManager as _;
+        type Manager = <Postgres as sqlx::Database>::TransactionManager;
+        if !unprepared || Manager::get_transaction_depth(conn) > 0 {
+            return Ok(false);
+        }
+        Manager::begin(conn, None).await?;
+        Ok(true)
+    }
+
+    async fn forget_prepared(conn: &mut Self::Connection) -> Result<(), sqlx::Error> {
+        sqlx::Connection::clear_cached_statements(conn).await
+    }
+
+    async fn unpin(
+        conn: &mut Self::Connection,
+        pinned: bool,
+        succeeded: bool,
+    ) -> Result<(), sqlx::Error> {
+        use sqlx_core::transaction::TransactionManager as _;
+        type Manager = <Postgres as sqlx::Database>::TransactionManager;
+        match (pinned, succeeded) {
+            (false, _) => Ok(()),
+            (true, true) => Manager::commit(conn).await,
+            // The statement's own error is the one reported; a connection whose rollback fails
+            // is broken, and the caller gives it back after the error.
+            (true, false) => Manager::rollback(conn).await.or(Ok(())),
+        }
+    }
+
     /// Prepared with the parameter types the statement is later bound with: sqlx caches the
     /// prepared statement, and a type PostgreSQL inferred instead (`int4` for an `INTEGER`
     /// id, say) would refuse the `int8` bound later.
@@ -66,11 +96,14 @@ impl Driver for Postgres {
     async fn server(
         conn: &mut Self::Connection,
     ) -> Result<(String, Option<DateTime<Utc>>), sqlx::Error> {
-        let (version, now): (String, DateTime<Utc>) =
-            sqlx::query_as("SELECT current_setting('server_version'), now()")
-                .fetch_one(conn)
-                .await?;
-        Ok((version, Some(now)))
+        use sqlx::Row as _;
+        // `version()`, which names the engine (CockroachDB, YugabyteDB), in one unprepared
+        // statement: nothing stays prepared on the session, which a transaction pooler may hand
+        // to another client next.
+        let row = sqlx::raw_sql("SELECT version(), now()")
+            .fetch_one(conn)
+            .await?;
+        Ok((row.try_get(0)?, Some(row.try_get(1)?)))
     }
 }
 

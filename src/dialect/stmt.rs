@@ -82,6 +82,9 @@ impl Slot {
 pub(crate) struct Stmt {
     sql: Arc<str>,
     pub(crate) slots: Box<[Slot]>,
+    /// Run unprepared, in a transaction (its own outside one): the statement's table is behind
+    /// a transaction pooler, whose next transaction may run on another server session.
+    pub(crate) unprepared: bool,
 }
 
 impl Stmt {
@@ -99,6 +102,12 @@ impl Stmt {
         args: &'s Args<'a>,
     ) -> impl Iterator<Item = Value<'a>> + 's {
         self.slots.iter().map(|slot| args.value(*slot))
+    }
+
+    /// This statement, run unprepared when `unprepared` (see [`Stmt::unprepared`]).
+    pub(crate) fn unprepared_if(mut self, unprepared: bool) -> Stmt {
+        self.unprepared = unprepared;
+        self
     }
 
     /// Its placeholders' types.
@@ -183,6 +192,7 @@ pub(crate) struct SqlWriter {
     dialect: Dialect,
     sql: String,
     slots: Vec<Slot>,
+    unprepared: bool,
 }
 
 impl SqlWriter {
@@ -191,7 +201,14 @@ impl SqlWriter {
             dialect,
             sql: String::with_capacity(256),
             slots: Vec::new(),
+            unprepared: false,
         }
+    }
+
+    /// Marks the statement to run unprepared ([`Stmt::unprepared`]).
+    pub(crate) fn unprepared(mut self, unprepared: bool) -> Self {
+        self.unprepared = unprepared;
+        self
     }
 
     pub(crate) fn dialect(&self) -> Dialect {
@@ -227,6 +244,7 @@ impl SqlWriter {
         Stmt {
             sql: self.sql.into(),
             slots: self.slots.into(),
+            unprepared: self.unprepared,
         }
     }
 }
