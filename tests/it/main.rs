@@ -53,6 +53,7 @@ mod notify;
 mod order;
 mod payload;
 mod poison;
+mod pooler;
 mod redelivery;
 mod refusals;
 mod rows;
