@@ -151,10 +151,13 @@ pub(crate) mod private {
         }
 
         /// Prepares a statement, so the server checks it; `kinds` are its placeholders' types.
+        /// A statement that runs `unprepared` is checked without leaving a statement prepared
+        /// on the session (PostgreSQL behind a transaction pooler).
         fn prepare(
             conn: &mut Self::Connection,
             sql: SqlStr,
             kinds: &[ValueKind],
+            unprepared: bool,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
         /// Listens for the notifications of `channels` on a dedicated connection; `None` where
@@ -407,6 +410,7 @@ macro_rules! prepare_untyped {
             conn: &mut Self::Connection,
             sql: SqlStr,
             _: &[ValueKind],
+            _unprepared: bool,
         ) -> Result<(), sqlx::Error> {
             use sqlx::Executor as _;
             conn.prepare(sql).await?;

@@ -237,7 +237,7 @@ pub(crate) async fn prepare_all<DB: Backend>(
     statements: &[&Stmt],
 ) -> Result<()> {
     for stmt in statements {
-        DB::prepare(conn, stmt.sql(), &stmt.kinds())
+        DB::prepare(conn, stmt.sql(), &stmt.kinds(), stmt.unprepared)
             .await
             .map_err(|source| {
                 Error::Schema(Box::new(SchemaError {

@@ -45,6 +45,30 @@ async fn pooled(max: u32) -> Option<PgPool> {
     Some(pool)
 }
 
+/// Leaves statements prepared under sqlx's names (`sqlx_s_1`, ..) on the pooler's server
+/// sessions, as an application on sqlx's defaults does through it: a client that prepared a
+/// statement by one of those names on such a session would fail ("already exists"), and one
+/// that binds one would run another client's statement.
+async fn leave_prepared_statements(pool: &PgPool) {
+    let mut conns = Vec::new();
+    for _ in 0..6 {
+        conns.push(pool.acquire().await.unwrap());
+    }
+    for round in 0..4_i32 {
+        for conn in &mut conns {
+            // Errors are expected: the names collide on the sessions the pooler lends.
+            let _ = sqlx::query("SELECT $1::int + 1")
+                .bind(round)
+                .fetch_one(&mut **conn)
+                .await;
+            let _ = sqlx::query("SELECT $1::text")
+                .bind("x")
+                .fetch_one(&mut **conn)
+                .await;
+        }
+    }
+}
+
 /// The server (`Ctx`, direct) and a pool through the pooler, when both are there.
 async fn setup(max: u32) -> Option<(Ctx<Postgres>, PgPool)> {
     let ctx = Ctx::<Postgres>::new().await?;
@@ -111,6 +135,7 @@ async fn the_lease_form_drains_through_a_transaction_pooler() {
         return;
     };
     let other = pooled(6).await.unwrap();
+    leave_prepared_statements(&other).await;
     let name = ctx
         .table(Spec {
             group: true,
