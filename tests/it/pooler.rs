@@ -113,7 +113,7 @@ fn each_acked_once(seen: &Seen, n: usize) {
     let seen = seen.lock().unwrap();
     assert_eq!(seen.len(), n, "payloads delivered");
     for (payload, deliveries) in seen.iter() {
-        let retried = payload.parse::<usize>().unwrap() % 3 == 0;
+        let retried = payload.parse::<usize>().unwrap().is_multiple_of(3);
         let expected = if retried {
             vec![(1, false), (2, true)]
         } else {
@@ -126,7 +126,7 @@ fn each_acked_once(seen: &Seen, n: usize) {
 /// Retries the first attempt of every third payload, acks the rest.
 fn outcome(d: &Delivery<Postgres, impl sqlx_queue::Mode>) -> bool {
     let n: usize = String::from_utf8_lossy(d.payload()).parse().unwrap();
-    !(n % 3 == 0 && d.attempt() == 1)
+    !(n.is_multiple_of(3) && d.attempt() == 1)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
