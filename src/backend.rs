@@ -8,19 +8,24 @@
 //! columns by position.
 //!
 //! Each database's implementation is a file of its own (`postgres`, `mysql`, `sqlite`), behind
-//! its feature; the held connection (`held`) and the clock (`clock`) are apart too.
+//! its feature; the held connection (`held`), the clock (`clock`) and which engine speaks the
+//! dialect (`engine`) are apart too.
 
 mod clock;
+mod engine;
 mod held;
 
 use std::future::Future;
 
 use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
+use sqlx::pool::PoolConnection;
 use sqlx::query::Query;
 use sqlx::{Pool, SqlStr};
+use sqlx_core::transaction::TransactionManager as _;
 
 pub(crate) use clock::Clock;
+pub(crate) use engine::Engine;
 pub(crate) use held::{HeldConn, Key, in_process};
 
 use crate::table::{Dialect, Value, ValueKind};
@@ -47,7 +52,7 @@ pub(crate) mod private {
     use super::*;
 
     /// The driver calls of one database. Public only in name: it lives in a private module.
-    pub trait Driver: sqlx::Database {
+    pub trait Driver: sqlx::Database + sqlx::database::HasStatementCache {
         const DIALECT: Dialect;
 
         fn bind(query: Q<Self>, value: Value<'_>) -> Q<Self>;
@@ -58,6 +63,39 @@ pub(crate) mod private {
         ) -> impl Future<Output = Option<tokio::sync::MutexGuard<'static, ()>>> + Send {
             let _ = conn;
             std::future::ready(None)
+        }
+
+        /// Opens a transaction for a statement that runs unprepared (a query sqlx does not keep
+        /// prepared) when `conn` is in none, so that both of its exchanges (parse, then bind and
+        /// execute) reach one server session through a transaction pooler: whether it opened
+        /// one. Only PostgreSQL runs statements unprepared
+        /// ([`Pooler::Transaction`](crate::Pooler::Transaction)).
+        fn pin(
+            conn: &mut Self::Connection,
+            unprepared: bool,
+        ) -> impl Future<Output = Result<bool, sqlx::Error>> + Send {
+            let _ = (conn, unprepared);
+            std::future::ready(Ok(false))
+        }
+
+        /// Ends the transaction [`pin`](Driver::pin) opened: commits it after a statement that
+        /// succeeded, else rolls it back.
+        fn unpin(
+            conn: &mut Self::Connection,
+            pinned: bool,
+            succeeded: bool,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+            let _ = (conn, pinned, succeeded);
+            std::future::ready(Ok(()))
+        }
+
+        /// Closes every statement sqlx keeps prepared on `conn` (PostgreSQL: before a
+        /// transaction pooler lends its session to another client).
+        fn forget_prepared(
+            conn: &mut Self::Connection,
+        ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+            let _ = conn;
+            std::future::ready(Ok(()))
         }
 
         /// Runs a statement, returning the number of rows it changed.
@@ -113,10 +151,13 @@ pub(crate) mod private {
         }
 
         /// Prepares a statement, so the server checks it; `kinds` are its placeholders' types.
+        /// A statement that runs `unprepared` is checked without leaving a statement prepared
+        /// on the session (PostgreSQL behind a transaction pooler).
         fn prepare(
             conn: &mut Self::Connection,
             sql: SqlStr,
             kinds: &[ValueKind],
+            unprepared: bool,
         ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
         /// Listens for the notifications of `channels` on a dedicated connection; `None` where
@@ -146,6 +187,31 @@ pub(crate) mod private {
             conn: &mut Self::Connection,
         ) -> impl Future<Output = Result<(String, Option<DateTime<Utc>>), sqlx::Error>> + Send;
     }
+}
+
+/// Opens the transaction that the checks at start run in behind a transaction pooler, so that
+/// they reach one server session (a statement prepared there is still there for its next use).
+pub(crate) async fn pin_checks<DB: Backend>(
+    conn: &mut PoolConnection<DB>,
+) -> Result<(), sqlx::Error> {
+    DB::TransactionManager::begin(conn, None).await
+}
+
+/// Ends what [`pin_checks`] opened: closes every statement the checks prepared while the session
+/// is still this connection's, then rolls back (the checks write nothing). A connection where
+/// that fails, or whose checks failed (a failed statement aborts the transaction), is closed
+/// instead, and its session's statements go with it.
+pub(crate) async fn unpin_checks<DB: Backend>(
+    mut conn: PoolConnection<DB>,
+    checked: bool,
+) -> Result<(), sqlx::Error> {
+    if checked {
+        DB::forget_prepared(&mut conn).await?;
+        if DB::TransactionManager::rollback(&mut conn).await.is_ok() {
+            return Ok(());
+        }
+    }
+    conn.close().await
 }
 
 /// A query of `sql`, with `values` bound in order.
@@ -286,7 +352,10 @@ macro_rules! driver_common {
 
         async fn execute(conn: &mut Self::Connection, query: Q<Self>) -> Result<u64, sqlx::Error> {
             let _gate = Self::gate(conn).await;
-            Ok(query.execute(conn).await?.rows_affected())
+            let pinned = Self::pin(conn, !sqlx::Execute::persistent(&query)).await?;
+            let done = query.execute(&mut *conn).await;
+            Self::unpin(conn, pinned, done.is_ok()).await?;
+            Ok(done?.rows_affected())
         }
 
         async fn fetch_all(
@@ -294,14 +363,20 @@ macro_rules! driver_common {
             query: Q<Self>,
         ) -> Result<Vec<Self::Row>, sqlx::Error> {
             let _gate = Self::gate(conn).await;
-            query.fetch_all(conn).await
+            let pinned = Self::pin(conn, !sqlx::Execute::persistent(&query)).await?;
+            let rows = query.fetch_all(&mut *conn).await;
+            Self::unpin(conn, pinned, rows.is_ok()).await?;
+            rows
         }
 
         async fn fetch_transient(
             conn: &mut Self::Connection,
             query: Q<Self>,
         ) -> Result<Option<Self::Row>, sqlx::Error> {
-            query.persistent(false).fetch_optional(conn).await
+            let pinned = Self::pin(conn, !sqlx::Execute::persistent(&query)).await?;
+            let row = query.persistent(false).fetch_optional(&mut *conn).await;
+            Self::unpin(conn, pinned, row.is_ok()).await?;
+            row
         }
 
         fn get_i64(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error> {
@@ -335,6 +410,7 @@ macro_rules! prepare_untyped {
             conn: &mut Self::Connection,
             sql: SqlStr,
             _: &[ValueKind],
+            _unprepared: bool,
         ) -> Result<(), sqlx::Error> {
             use sqlx::Executor as _;
             conn.prepare(sql).await?;

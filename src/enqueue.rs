@@ -176,7 +176,10 @@ impl Table {
         let bytes =
             sql.insert.text().len() + job.payload.len() + job.group.as_deref().map_or(0, str::len);
         self.refuse_too_large::<DB>(bytes)?;
-        let insert = backend::query::<DB>(sql.insert.sql(), sql.insert.values(&args));
+        // Behind a transaction pooler, unnamed: prepared statements do not outlive the caller's
+        // transaction there.
+        let insert = backend::query::<DB>(sql.insert.sql(), sql.insert.values(&args))
+            .persistent(!sql.insert.unprepared);
         let id = DB::insert_id(executor, insert, sql.returning)
             .await
             .map_err(|error| self.explain::<DB>(error, sql.insert.text(), bytes))?;
@@ -241,7 +244,7 @@ impl Table {
         let bytes = text.len() + values.iter().map(Value::size).sum::<usize>();
         self.refuse_too_large::<DB>(bytes)?;
         let sql = AssertSqlSafe(text.as_str()).into_sql_str();
-        let q = backend::query::<DB>(sql, values);
+        let q = backend::query::<DB>(sql, values).persistent(!names.unprepared);
         let inserted = if notifying {
             DB::insert_id(executor, q, true)
                 .await

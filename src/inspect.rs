@@ -9,11 +9,12 @@ use crate::backend::private::Driver as _;
 use crate::backend::{self, Backend, Clock, Q};
 use crate::dialect::{self, Args, DeadSql, DeadTarget, Names, Stmt};
 use crate::error::{Error, Result};
-use crate::table::{DeadLetter, Table};
+use crate::table::{DeadLetter, Pooler, Table};
 
-/// The query of `stmt` with `args`.
+/// The query of `stmt` with `args` (unprepared behind a transaction pooler, where the backend
+/// runs it in a transaction of its own).
 fn query<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> Q<DB> {
-    backend::query::<DB>(stmt.sql(), stmt.values(args))
+    backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
 }
 
 /// Which queue of a table to inspect or repair: its group, lease and attempt columns, and its
@@ -188,7 +189,8 @@ impl Table {
                 // The queue table's columns, which the requeue copies back.
                 let quoted = dialect.quote_table(&self.name)?;
                 let catalog = dialect::catalog(dialect, &self.name, &quoted)?;
-                let query = backend::query::<DB>(SqlStr::from_static(catalog.sql), catalog.values);
+                let query = backend::query::<DB>(SqlStr::from_static(catalog.sql), catalog.values)
+                    .persistent(self.pooler != Pooler::Transaction);
                 let columns = backend::fetch_texts::<DB, 4>(conn, query).await?;
                 Some(DeadTarget::Table {
                     table: dialect.quote_table(dead)?,

@@ -30,7 +30,7 @@ pub use queue::{Queue, state};
 pub use runner::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, Runner, Running, ShutdownReport, Stats,
 };
-pub use table::{DeadLetter, PayloadType, Table};
+pub use table::{DeadLetter, PayloadType, Pooler, Table};
 
 #[cfg(feature = "internals")]
 #[doc(hidden)]

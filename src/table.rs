@@ -39,6 +39,7 @@ pub struct Table {
     pub(crate) processed_at: Option<String>,
     pub(crate) priority: Option<String>,
     pub(crate) notify: bool,
+    pub(crate) pooler: Pooler,
 }
 
 impl Table {
@@ -54,6 +55,7 @@ impl Table {
             processed_at: None,
             priority: None,
             notify: false,
+            pooler: Pooler::None,
         }
     }
 
@@ -134,6 +136,18 @@ impl Table {
         self
     }
 
+    /// Says what stands between this process and the database server for the statements on this
+    /// table that run without a runner: enqueues and inspection ([`Runner::pooler`] says it for
+    /// a runner's queues, and a queue whose table says it is treated so too). Behind
+    /// [`Pooler::Transaction`] on PostgreSQL their statements run unprepared; an enqueue must
+    /// then run in a transaction (`&mut *tx`): see [`Pooler::Transaction`].
+    ///
+    /// [`Runner::pooler`]: crate::Runner::pooler
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
+    }
+
     /// The table's name as given.
     pub fn name(&self) -> &str {
         &self.name
@@ -186,6 +200,41 @@ impl DeadLetter {
     pub fn table(name: impl Into<String>) -> Self {
         DeadLetter::Table(name.into())
     }
+}
+
+/// What stands between the application and the database server: a connection pooler that hands
+/// a client a server session for one transaction at a time changes what the crate may rely on
+/// (a session lock, a listening connection, a statement prepared on the session).
+/// [`Runner::pooler`](crate::Runner::pooler) and [`Table::pooler`] say it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Pooler {
+    /// A connection of its own to the server, or a pooler that lends a client one server
+    /// session for as long as it is connected (PgBouncer's `pool_mode = session`): the default.
+    #[default]
+    None,
+    /// A pooler that lends a client a server session for one transaction at a time
+    /// (PgBouncer's `pool_mode = transaction`), PostgreSQL only. Between two transactions the
+    /// session may be another client's, so:
+    ///
+    /// - what needs one session across transactions is refused by
+    ///   [`Runner::start`](crate::Runner::start): the advisory lock form (its keys are session
+    ///   locks) and [`listen_notify`](crate::Queue::listen_notify) (`LISTEN` holds a session).
+    ///   The lease and row lock forms and transactional queues work (a row lock claim and its
+    ///   settlement are one transaction);
+    /// - the crate prepares no statement the session keeps: every statement runs unprepared
+    ///   (an unnamed statement, which sqlx parses and executes in two exchanges), inside a
+    ///   transaction — its own when it is not in one (`BEGIN`, the statement, `COMMIT`: three
+    ///   round trips more than a cached prepared statement needs). PgBouncer before 1.21 keeps
+    ///   no prepared statement across transactions, and 1.21+ only with `max_prepared_statements`;
+    ///   this works with both;
+    /// - an enqueue runs on the caller's executor, which the crate cannot open a transaction
+    ///   on: enqueue through such a pooler in a transaction (`&mut *tx`), never on the pool
+    ///   itself, where the pooler may hand the statement's second exchange to another session;
+    /// - the handler's own statements in `d.tx()` are the application's: through PgBouncer before
+    ///   1.21, run them with `.persistent(false)` (sqlx's default keeps them prepared on a session
+    ///   the next transaction may not have).
+    Transaction,
 }
 
 /// The database a statement is written for: how its names are quoted, and which statements it

@@ -3,7 +3,7 @@
 use super::{Slot, SqlWriter};
 use crate::config::{FormKind, QueueConfig};
 use crate::error::Result;
-use crate::table::{Dialect, PayloadType, Table};
+use crate::table::{Dialect, PayloadType, Pooler, Table};
 
 /// The quoted names a queue's statements use.
 #[derive(Debug, Clone)]
@@ -35,6 +35,9 @@ pub(crate) struct Names {
     /// Whether claims that hold a connection also return its server session (MySQL/MariaDB
     /// transactional row lock and advisory queues: a delivery cancelled at shutdown ends it).
     pub(crate) session: bool,
+    /// Whether statements run unprepared, each in a transaction (a PostgreSQL table behind a
+    /// transaction pooler: [`Pooler::Transaction`]).
+    pub(crate) unprepared: bool,
 }
 
 impl Names {
@@ -59,6 +62,7 @@ impl Names {
             notify: table.notify,
             excluding: false,
             session: false,
+            unprepared: dialect == Dialect::Postgres && table.pooler == Pooler::Transaction,
         })
     }
 
@@ -91,7 +95,7 @@ impl Names {
     }
 
     pub(crate) fn writer(&self) -> SqlWriter {
-        SqlWriter::new(self.dialect)
+        SqlWriter::new(self.dialect).unprepared(self.unprepared)
     }
 
     /// `attempt = attempt + 1`, stopping at the column's largest value: a row whose attempt

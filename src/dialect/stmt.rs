@@ -126,6 +126,9 @@ impl<'a> IntoIterator for &'a BySize {
 pub(crate) struct Stmt {
     sql: Arc<str>,
     pub(crate) slots: Box<[Slot]>,
+    /// Run unprepared, in a transaction (its own outside one): the statement's table is behind
+    /// a transaction pooler, whose next transaction may run on another server session.
+    pub(crate) unprepared: bool,
 }
 
 impl Stmt {
@@ -143,6 +146,12 @@ impl Stmt {
         args: &'s Args<'a>,
     ) -> impl Iterator<Item = Value<'a>> + 's {
         self.slots.iter().map(|slot| args.value(*slot))
+    }
+
+    /// This statement, run unprepared when `unprepared` (see [`Stmt::unprepared`]).
+    pub(crate) fn unprepared_if(mut self, unprepared: bool) -> Stmt {
+        self.unprepared = unprepared;
+        self
     }
 
     /// Its placeholders' types.
@@ -227,6 +236,7 @@ pub(crate) struct SqlWriter {
     dialect: Dialect,
     sql: String,
     slots: Vec<Slot>,
+    unprepared: bool,
 }
 
 impl SqlWriter {
@@ -235,7 +245,14 @@ impl SqlWriter {
             dialect,
             sql: String::with_capacity(256),
             slots: Vec::new(),
+            unprepared: false,
         }
+    }
+
+    /// Marks the statement to run unprepared ([`Stmt::unprepared`]).
+    pub(crate) fn unprepared(mut self, unprepared: bool) -> Self {
+        self.unprepared = unprepared;
+        self
     }
 
     pub(crate) fn dialect(&self) -> Dialect {
@@ -271,6 +288,7 @@ impl SqlWriter {
         Stmt {
             sql: self.sql.into(),
             slots: self.slots.into(),
+            unprepared: self.unprepared,
         }
     }
 }

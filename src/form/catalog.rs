@@ -69,7 +69,8 @@ pub(crate) async fn read_catalog<DB: Backend>(
     let quoted = DB::DIALECT.quote_table(table)?;
     let (schema, bare) = table_parts(table)?;
     if let (Dialect::Sqlite, Some(schema)) = (DB::DIALECT, schema) {
-        let list = backend::query::<DB>(SqlStr::from_static(dialect::sqlite_attached()), []);
+        let list = backend::query::<DB>(SqlStr::from_static(dialect::sqlite_attached()), [])
+            .persistent(false);
         let attached: Vec<[String; 1]> = backend::fetch_texts::<DB, 1>(conn, list).await?;
         let attached: Vec<&str> = attached
             .first()
@@ -84,7 +85,10 @@ pub(crate) async fn read_catalog<DB: Backend>(
         }
     }
     let catalog = dialect::catalog(DB::DIALECT, table, &quoted)?;
-    let query = backend::query::<DB>(SqlStr::from_static(catalog.sql), catalog.values);
+    // Read once at start: kept prepared on no session (nor, behind a transaction pooler, on one
+    // the next client gets with a statement of this connection's name on it).
+    let query =
+        backend::query::<DB>(SqlStr::from_static(catalog.sql), catalog.values).persistent(false);
     let rows = backend::fetch_texts::<DB, 4>(conn, query).await?;
     Ok(rows.into_iter().map(Column::from_catalog).collect())
 }
@@ -108,7 +112,8 @@ pub(crate) async fn read_identity<DB: Backend>(
 ) -> Result<Identity> {
     let quoted = DB::DIALECT.quote_table(table)?;
     let identity = dialect::identity(DB::DIALECT, table, &quoted)?;
-    let query = backend::query::<DB>(SqlStr::from_static(identity.sql), identity.values);
+    let query =
+        backend::query::<DB>(SqlStr::from_static(identity.sql), identity.values).persistent(false);
     let found = backend::fetch_texts::<DB, 4>(conn, query).await?;
     let Some([first, second, third, _]) = found.into_iter().next() else {
         return Err(Error::schema(

@@ -4,8 +4,16 @@
 use sqlx::Connection as _;
 
 use super::Conns;
-use crate::backend::{self, Backend, ClaimedRow};
+use crate::backend::{self, Backend, ClaimedRow, Q};
 use crate::dialect::{Args, Stmt};
+
+/// `stmt` with `args` bound: a query sqlx keeps prepared on the connection, or one it does not
+/// (an unnamed statement) where the statement runs unprepared — the backend then runs it in a
+/// transaction of its own outside one (a transaction pooler's session is the connection's for
+/// one transaction only).
+fn query<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> Q<DB> {
+    backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
+}
 
 /// Runs `stmt` with `args` on `conn`: the rows it changed.
 pub(crate) async fn execute<DB: Backend>(
@@ -13,7 +21,7 @@ pub(crate) async fn execute<DB: Backend>(
     stmt: &Stmt,
     args: &Args<'_>,
 ) -> Result<u64, sqlx::Error> {
-    DB::execute(conn, backend::query::<DB>(stmt.sql(), stmt.values(args))).await
+    DB::execute(conn, query::<DB>(stmt, args)).await
 }
 
 /// Runs `stmt` with `args` on `conn`, reading its first column as integers.
@@ -22,7 +30,7 @@ pub(crate) async fn fetch_i64s<DB: Backend>(
     stmt: &Stmt,
     args: &Args<'_>,
 ) -> Result<Vec<i64>, sqlx::Error> {
-    backend::fetch_i64s::<DB>(conn, backend::query::<DB>(stmt.sql(), stmt.values(args))).await
+    backend::fetch_i64s::<DB>(conn, query::<DB>(stmt, args)).await
 }
 
 /// Runs `stmt` with `args` on `conn`, reading its first row's first column as an integer.
@@ -31,7 +39,7 @@ pub(crate) async fn fetch_i64<DB: Backend>(
     stmt: &Stmt,
     args: &Args<'_>,
 ) -> Result<Option<i64>, sqlx::Error> {
-    backend::fetch_i64::<DB>(conn, backend::query::<DB>(stmt.sql(), stmt.values(args))).await
+    backend::fetch_i64::<DB>(conn, query::<DB>(stmt, args)).await
 }
 
 /// Runs the claim `stmt` with `args` on `conn`, reading its rows.
@@ -41,8 +49,7 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
     args: &Args<'_>,
     with_attempt: bool,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
-    let query = backend::query::<DB>(stmt.sql(), stmt.values(args));
-    backend::fetch_claimed::<DB>(conn, query, with_attempt).await
+    backend::fetch_claimed::<DB>(conn, query::<DB>(stmt, args), with_attempt).await
 }
 
 /// Reads a row whole by `stmt` (row mode), without keeping the statement prepared.
@@ -55,7 +62,7 @@ pub(crate) async fn fetch_row<DB: Backend>(
         id,
         ..Args::default()
     };
-    DB::fetch_transient(conn, backend::query::<DB>(stmt.sql(), stmt.values(&args))).await
+    DB::fetch_transient(conn, query::<DB>(stmt, &args)).await
 }
 
 /// Runs `work` on a connection of `conns`: the connection is kept for the next statement, or

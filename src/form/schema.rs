@@ -8,11 +8,11 @@ use sqlx::Pool;
 
 use super::catalog::{self, Column, Identity, find_column};
 use super::{Custom, Dead, dead_table};
-use crate::backend::{Backend, Clock};
+use crate::backend::{Backend, Clock, Engine};
 use crate::config::{FormKind, QueueConfig};
 use crate::dialect::{self, DeadTarget, Kind, Names, Stmt};
 use crate::error::{Error, Result, SchemaError};
-use crate::table::{DeadLetter, Dialect};
+use crate::table::DeadLetter;
 
 /// What the runner learns of the server at start.
 #[derive(Debug, Clone, Copy)]
@@ -22,6 +22,9 @@ pub(crate) struct Server {
     /// PostgreSQL 14 or later: a session can notice its client is gone while a statement runs
     /// (`client_connection_check_interval`).
     pub(crate) checks_connection: bool,
+    /// The engine its version string names (CockroachDB, YugabyteDB, TiDB are refused the forms
+    /// they cannot hold a row with).
+    pub(crate) engine: Engine,
 }
 
 /// Reads the server's version (refusing servers without `SKIP LOCKED`) and corrects `clock` by
@@ -31,39 +34,31 @@ pub(crate) async fn measure_server<DB: Backend>(pool: &Pool<DB>, clock: &Clock) 
     let sent = Utc::now();
     let (version, server_now) = DB::server(&mut conn).await?;
     let received = Utc::now();
-    if DB::DIALECT == Dialect::MySql {
-        check_mysql_version(&version)?;
-    }
+    let engine = Engine::detect(DB::DIALECT, &version);
+    check_version(engine, &version)?;
     if let Some(now) = server_now {
         clock.measure(sent, received, now);
     }
-    let major: u32 = version
-        .split(|c: char| !c.is_ascii_digit())
-        .next()
-        .and_then(|major| major.parse().ok())
-        .unwrap_or(0);
     Ok(Server {
         own_clock: server_now.is_some(),
-        checks_connection: DB::DIALECT == Dialect::Postgres && major >= 14,
+        checks_connection: engine == Engine::PostgreSql && engine.major(&version) >= 14,
+        engine,
     })
 }
 
-/// MySQL 8.0.1 and MariaDB 10.6 are the first with `SKIP LOCKED`.
-fn check_mysql_version(version: &str) -> Result<()> {
-    let mariadb = version.to_ascii_lowercase().contains("mariadb");
-    let found: Vec<u32> = version
-        .split(['.', '-'])
-        .take(3)
-        .map_while(|part| part.parse().ok())
-        .collect();
-    let (server, needed): (&str, &[u32]) = if mariadb {
-        ("MariaDB", &[10, 6, 0])
-    } else {
-        ("MySQL", &[8, 0, 1])
+/// Refuses servers without `SKIP LOCKED`: MySQL before 8.0.1, MariaDB before 10.6, CockroachDB
+/// before 23.1.
+fn check_version(engine: Engine, version: &str) -> Result<()> {
+    let needed: &[u32] = match engine {
+        Engine::MySql => &[8, 0, 1],
+        Engine::MariaDb => &[10, 6, 0],
+        Engine::CockroachDb => &[23, 1],
+        _ => return Ok(()),
     };
-    if found.len() == 3 && found.as_slice() < needed {
+    let found = engine.numbers(version);
+    if found.len() >= needed.len() && found[..needed.len()] < *needed {
         return Err(Error::ServerTooOld {
-            server: server.to_owned(),
+            server: engine.name().to_owned(),
             found: version.to_owned(),
             needed: needed
                 .iter()
@@ -124,7 +119,7 @@ pub(crate) async fn check<DB: Backend>(
                 format!("the custom {event:?} statement: {reason}"),
             )
         })?;
-        custom.push((*event, stmt));
+        custom.push((*event, stmt.unprepared_if(names.unprepared)));
     }
     let custom = Custom::new(custom);
     prepare_all::<DB>(conn, config, &custom.statements().collect::<Vec<_>>()).await?;
@@ -242,7 +237,7 @@ pub(crate) async fn prepare_all<DB: Backend>(
     statements: &[&Stmt],
 ) -> Result<()> {
     for stmt in statements {
-        DB::prepare(conn, stmt.sql(), &stmt.kinds())
+        DB::prepare(conn, stmt.sql(), &stmt.kinds(), stmt.unprepared)
             .await
             .map_err(|source| {
                 Error::Schema(Box::new(SchemaError {
@@ -335,18 +330,44 @@ async fn check_columns<DB: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::table::Dialect;
 
     #[test]
     fn servers_without_skip_locked_are_refused() {
-        check_mysql_version("10.11.19-MariaDB-0+deb12u1").unwrap();
-        check_mysql_version("10.6.0-MariaDB").unwrap();
-        check_mysql_version("8.0.36").unwrap();
-        check_mysql_version("8.4.0-commercial").unwrap();
-        let err = check_mysql_version("10.5.23-MariaDB").unwrap_err();
+        let check =
+            |dialect, version: &str| check_version(Engine::detect(dialect, version), version);
+        check(Dialect::MySql, "10.11.19-MariaDB-0+deb12u1").unwrap();
+        check(Dialect::MySql, "10.6.0-MariaDB").unwrap();
+        check(Dialect::MySql, "8.0.36").unwrap();
+        check(Dialect::MySql, "8.4.0-commercial").unwrap();
+        let err = check(Dialect::MySql, "10.5.23-MariaDB").unwrap_err();
         assert!(matches!(&err, Error::ServerTooOld { needed, .. } if needed == "10.6.0"));
         assert!(err.to_string().contains("10.5.23-MariaDB"), "{err}");
-        let err = check_mysql_version("5.7.44-log").unwrap_err();
+        let err = check(Dialect::MySql, "5.7.44-log").unwrap_err();
         assert!(matches!(err, Error::ServerTooOld { needed, .. } if needed == "8.0.1"));
+        check(
+            Dialect::Postgres,
+            "CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu)",
+        )
+        .unwrap();
+        check(
+            Dialect::Postgres,
+            "CockroachDB CCL v24.2.0 (x86_64-pc-linux-gnu)",
+        )
+        .unwrap();
+        let err = check(Dialect::Postgres, "CockroachDB CCL v22.2.8 (x86_64)").unwrap_err();
+        assert!(
+            matches!(&err, Error::ServerTooOld { server, needed, .. }
+                if server == "CockroachDB" && needed == "23.1"),
+            "{err}"
+        );
+        // TiDB reports MySQL 8.0.11 (or 5.7.25): its own version decides nothing here.
+        check(Dialect::MySql, "5.7.25-TiDB-v6.5.0").unwrap();
+        check(
+            Dialect::Postgres,
+            "PostgreSQL 9.6.24 on x86_64-pc-linux-gnu",
+        )
+        .unwrap();
     }
 
     #[test]

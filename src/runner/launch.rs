@@ -11,15 +11,16 @@ use tokio::task::JoinHandle;
 use super::queue::{Live, Shared};
 use super::stats::QueueReport;
 use super::{acks, batch, claim};
-use crate::backend::{Backend, Clock};
+use crate::backend::{self, Backend, Clock};
 use crate::config::{FormKind, QueueConfig};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::form::advisory::AdvisoryForm;
 use crate::form::lease::LeaseForm;
 use crate::form::row_lock::RowLockForm;
 use crate::form::{Form, Identity, Server, check};
 use crate::handler::sealed::Visit;
 use crate::handler::{CallBatch, CallOne, Handling};
+use crate::table::Pooler;
 
 /// A checked queue's identity, and what spawns it.
 type Prepared<DB> = (Identity, Box<dyn Spawn<DB>>);
@@ -141,9 +142,23 @@ impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Launch<DB> for Waiting<F, K> {
     ) -> BoxFuture<'a, Result<Prepared<DB>>> {
         Box::pin(async move {
             let mut conn = pool.acquire().await?;
-            let checked = check::<DB>(&mut conn, config, clock, server).await?;
-            let identity = checked.identity.clone();
-            let form = F::prepare(&mut conn, config, checked).await?;
+            // Behind a transaction pooler the checks run in one transaction, on one server
+            // session, and leave no statement prepared there.
+            let pinned = config.table.pooler == Pooler::Transaction;
+            if pinned {
+                backend::pin_checks::<DB>(&mut conn).await?;
+            }
+            let prepared = async {
+                let checked = check::<DB>(&mut conn, config, clock, server).await?;
+                let identity = checked.identity.clone();
+                let form = F::prepare(&mut conn, config, checked).await?;
+                Ok::<_, Error>((identity, form))
+            }
+            .await;
+            if pinned {
+                backend::unpin_checks::<DB>(conn, prepared.is_ok()).await?;
+            }
+            let (identity, form) = prepared?;
             let ready: Box<dyn Spawn<DB>> = Box::new(Ready {
                 kind: self.kind,
                 form,

@@ -15,6 +15,7 @@ mod notify;
 mod policy;
 mod quarantine;
 mod queue;
+mod server;
 mod stats;
 
 use std::fmt;
@@ -30,6 +31,7 @@ use crate::backend::{Backend, Clock};
 use crate::config::{FormKind, Mount, QueueConfig};
 use crate::error::{Error, Result};
 use crate::form::{self, Identity};
+use crate::table::Pooler;
 use launch::Launch;
 use queue::Shared;
 use stats::{Counters, QueueReport};
@@ -73,6 +75,7 @@ pub struct Runner<DB: Backend> {
     refused: Option<Error>,
     poll_interval: Duration,
     shutdown_timeout: Duration,
+    pooler: Pooler,
 }
 
 impl<DB: Backend> Runner<DB> {
@@ -84,7 +87,19 @@ impl<DB: Backend> Runner<DB> {
             refused: None,
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            pooler: Pooler::None,
         }
+    }
+
+    /// Says what stands between this runner's pool and the database server (default
+    /// [`Pooler::None`]): behind [`Pooler::Transaction`] (PgBouncer's `pool_mode = transaction`)
+    /// [`start`](Runner::start) refuses what needs one server session — the advisory lock form,
+    /// `.listen_notify()` — and every statement runs unprepared, in a transaction. It applies to
+    /// every queue mounted; a queue whose [`Table::pooler`](crate::Table::pooler) says so is
+    /// treated so on any runner.
+    pub fn pooler(mut self, pooler: Pooler) -> Self {
+        self.pooler = pooler;
+        self
     }
 
     /// How often an idle queue looks for rows (default 1 s). An enqueue through this crate in
@@ -134,13 +149,25 @@ impl<DB: Backend> Runner<DB> {
     /// [`Error::Unsupported`] (a declaration this database does not support),
     /// [`Error::PoolTooSmall`], [`Error::Identifier`] (a name that cannot be quoted),
     /// [`Error::ServerTooOld`], or [`Error::Database`] when the database cannot be reached.
-    pub async fn start(self) -> Result<Running> {
+    /// [`Error::Unsupported`] also names a form the server's engine cannot hold a row with
+    /// (TiDB: the row lock and lease forms; CockroachDB and YugabyteDB: the advisory lock
+    /// form), and what needs one server session behind [`Pooler::Transaction`].
+    pub async fn start(mut self) -> Result<Running> {
         if let Some(error) = self.refused {
             return Err(error);
         }
         check_pool(&self.pool, &self.queues)?;
+        for (config, _) in &mut self.queues {
+            if self.pooler == Pooler::Transaction {
+                config.table.pooler = Pooler::Transaction;
+            }
+            server::check_pooler(DB::DIALECT, config)?;
+        }
         let clock = Clock::default();
         let server = form::measure_server(&self.pool, &clock).await?;
+        for (config, _) in &self.queues {
+            server::check_engine(server.engine, config)?;
+        }
         let mut ready = Vec::with_capacity(self.queues.len());
         for (config, launch) in self.queues {
             let (identity, spawn) = launch
@@ -267,6 +294,7 @@ impl<DB: Backend> fmt::Debug for Runner<DB> {
             .field("queues", &self.queues.len())
             .field("poll_interval", &self.poll_interval)
             .field("shutdown_timeout", &self.shutdown_timeout)
+            .field("pooler", &self.pooler)
             .finish_non_exhaustive()
     }
 }

@@ -39,12 +39,22 @@ pub(crate) fn required() -> bool {
 /// directory; `Err` with the name of the server's variable when it is not set and not required.
 /// Installs the `tracing` subscriber first: `RUST_LOG=sqlx_queue=debug cargo test ..` shows the
 /// runner's logs of failing tests.
+#[allow(dead_code, reason = "`it` reads the variable of the server its test runs on")]
 pub(crate) fn database_url<DB: Db>(file: &str) -> Result<String, &'static str> {
+    database_url_in(DB::URL_VAR, file)
+}
+
+/// [`database_url`] read from `var` (`None`: SQLite), for a test that runs on another server
+/// of its database than its own variable names.
+pub(crate) fn database_url_in(
+    var: Option<&'static str>,
+    file: &str,
+) -> Result<String, &'static str> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
-    match DB::URL_VAR {
+    match var {
         None => Ok(std::env::temp_dir()
             .join(format!("{file}-{}.db", unique()))
             .display()

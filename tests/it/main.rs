@@ -10,7 +10,8 @@
 //! `postgres::`, `mysql::`) runs one database's tests, `cargo test postgres::row_lock_batch::` one
 //! form's batches there. PostgreSQL and MySQL tests read `SQLX_QUEUE_PG_URL` and
 //! `SQLX_QUEUE_MYSQL_URL`, and skip themselves with a notice when those are not set (they fail
-//! instead under `SQLX_QUEUE_REQUIRE_ALL=1`).
+//! instead under `SQLX_QUEUE_REQUIRE_ALL=1`). Every PostgreSQL test runs again in `postgres18::`
+//! on `SQLX_QUEUE_PG18_URL` (PostgreSQL 18 in CI; `support::servers` picks the URL).
 
 /// `#[tokio::test]`s that run an area's generic tests with the type arguments given, under the
 /// tests' own names: `instantiate!(lease<sqlx::Sqlite>: ack_deletes_the_row)` writes
@@ -20,13 +21,14 @@ macro_rules! instantiate {
     ($area:ident<$db:ty>: $($test:ident),+ $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
-            crate::$area::$test::<$db>().await;
+            crate::support::on_server_of(module_path!(), crate::$area::$test::<$db>()).await;
         }
     )+};
     ($area:ident<$db:ty, $form:ty>: $($test:ident),+ $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
-            crate::$area::$test::<$db, $form>().await;
+            crate::support::on_server_of(module_path!(), crate::$area::$test::<$db, $form>())
+                .await;
         }
     )+};
 }
@@ -51,6 +53,7 @@ mod notify;
 mod order;
 mod payload;
 mod poison;
+mod pooler;
 mod redelivery;
 mod refusals;
 mod rows;
@@ -121,5 +124,6 @@ macro_rules! per_database {
 per_database! {
     sqlite => sqlx::Sqlite;
     postgres => sqlx::Postgres, row_lock;
+    postgres18 => sqlx::Postgres, row_lock;
     mysql => sqlx::MySql, row_lock;
 }

@@ -7,6 +7,7 @@
 mod common;
 mod databases;
 mod process;
+mod servers;
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ pub(crate) use common::forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
 pub(crate) use common::{example_binary, recv, report, unique, wait_for};
 pub(crate) use databases::{Bind, TestDb, TestRow};
 pub(crate) use process::Consumer;
+pub(crate) use servers::on_server_of;
 
 /// One test's database.
 pub(crate) struct Ctx<DB: TestDb> {
@@ -30,7 +32,7 @@ pub(crate) struct Ctx<DB: TestDb> {
 impl<DB: TestDb> Ctx<DB> {
     /// The database, or `None` (with a notice) when its URL is not set and not required.
     pub(crate) async fn new() -> Option<Self> {
-        let url = match common::database_url::<DB>("sqlx-queue-test") {
+        let url = match common::database_url_in(servers::url_var::<DB>(), "sqlx-queue-test") {
             Ok(url) => url,
             Err(var) => {
                 common::note_once(format!(

@@ -1,0 +1,147 @@
+//! What [`Runner::start`](super::Runner::start) refuses for the server it found and the way to
+//! it: a form the engine cannot hold a row with (its version string names it), and what needs
+//! one server session behind a transaction pooler.
+
+use crate::backend::Engine;
+use crate::config::{FormKind, QueueConfig};
+use crate::error::{Error, Result};
+use crate::table::{Dialect, Pooler};
+
+/// Refuses a queue whose form or wake-ups the engine cannot serve.
+pub(super) fn check_engine(engine: Engine, config: &QueueConfig) -> Result<()> {
+    let queue = config.label();
+    let lease = matches!(config.form, FormKind::Lease { .. });
+    match (engine, &config.form) {
+        (Engine::TiDb, FormKind::RowLock | FormKind::Lease { .. }) => {
+            return Err(Error::unsupported(
+                queue,
+                format!(
+                    "TiDB accepts `FOR UPDATE SKIP LOCKED` but takes no lock with it, so two \
+                     claims would take the same row ({} form); use the advisory lock form",
+                    if lease { "the lease" } else { "the row lock" }
+                ),
+            ));
+        }
+        (Engine::CockroachDb, FormKind::Advisory) => {
+            return Err(Error::unsupported(
+                queue,
+                "CockroachDB has no session advisory locks (its `pg_try_advisory_lock` takes \
+                 none), so two runners would hold the same row; use the lease or row lock form",
+            ));
+        }
+        (Engine::YugabyteDb, FormKind::Advisory) => {
+            return Err(Error::unsupported(
+                queue,
+                "YugabyteDB's session advisory locks (none before 2.25, a preview since) are \
+                 not supported by this crate; use the lease or row lock form",
+            ));
+        }
+        _ => {}
+    }
+    if config.listen_notify && matches!(engine, Engine::CockroachDb | Engine::YugabyteDb) {
+        return Err(Error::unsupported(
+            queue,
+            format!(
+                "`.listen_notify()` needs PostgreSQL's LISTEN/NOTIFY, which {} lacks (polling \
+                 and in-process wake-ups remain)",
+                engine.name()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses, behind a transaction pooler, what needs one server session across transactions.
+pub(super) fn check_pooler(dialect: Dialect, config: &QueueConfig) -> Result<()> {
+    let queue = config.label();
+    if config.table.pooler != Pooler::Transaction {
+        return Ok(());
+    }
+    if dialect != Dialect::Postgres {
+        return Err(Error::unsupported(
+            queue,
+            format!(
+                "`Pooler::Transaction` is for PostgreSQL behind a transaction pooler (PgBouncer's \
+                 `pool_mode = transaction`); {} is not supported behind one",
+                dialect.product()
+            ),
+        ));
+    }
+    if config.form == FormKind::Advisory {
+        return Err(Error::unsupported(
+            queue,
+            "the advisory lock form holds each row by a session lock, and a transaction pooler \
+             (`Pooler::Transaction`) lends a session for one transaction only: use the lease or \
+             row lock form, or connect to the server (or a session pooler) directly",
+        ));
+    }
+    if config.listen_notify {
+        return Err(Error::unsupported(
+            queue,
+            "`.listen_notify()` keeps a session listening, and a transaction pooler \
+             (`Pooler::Transaction`) lends a session for one transaction only: drop it (polling \
+             and in-process wake-ups remain), or listen on a direct connection",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::Table;
+    use std::time::Duration;
+
+    fn config(form: FormKind) -> QueueConfig {
+        QueueConfig::new(Table::new("jobs"), form)
+    }
+
+    fn lease() -> FormKind {
+        FormKind::Lease {
+            column: "locked_until".into(),
+            duration: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn engines_refuse_the_forms_they_cannot_hold_a_row_with() {
+        let refused = |engine, form| check_engine(engine, &config(form)).is_err();
+        assert!(refused(Engine::TiDb, FormKind::RowLock));
+        assert!(refused(Engine::TiDb, lease()));
+        assert!(!refused(Engine::TiDb, FormKind::Advisory));
+        assert!(refused(Engine::CockroachDb, FormKind::Advisory));
+        assert!(!refused(Engine::CockroachDb, FormKind::RowLock));
+        assert!(!refused(Engine::CockroachDb, lease()));
+        assert!(refused(Engine::YugabyteDb, FormKind::Advisory));
+        assert!(!refused(Engine::YugabyteDb, lease()));
+        for engine in [Engine::PostgreSql, Engine::MySql, Engine::MariaDb] {
+            for form in [FormKind::RowLock, lease(), FormKind::Advisory] {
+                assert!(!refused(engine, form));
+            }
+        }
+        let err = check_engine(Engine::TiDb, &config(FormKind::RowLock)).unwrap_err();
+        assert!(err.to_string().contains("TiDB"), "{err}");
+        let mut listening = config(lease());
+        listening.listen_notify = true;
+        assert!(check_engine(Engine::CockroachDb, &listening).is_err());
+        assert!(check_engine(Engine::PostgreSql, &listening).is_ok());
+    }
+
+    #[test]
+    fn a_transaction_pooler_refuses_what_needs_one_session() {
+        let pooled = |form| {
+            let mut config = config(form);
+            config.table = config.table.pooler(Pooler::Transaction);
+            config
+        };
+        let err = check_pooler(Dialect::Postgres, &pooled(FormKind::Advisory)).unwrap_err();
+        assert!(err.to_string().contains("transaction pooler"), "{err}");
+        check_pooler(Dialect::Postgres, &pooled(lease())).unwrap();
+        check_pooler(Dialect::Postgres, &pooled(FormKind::RowLock)).unwrap();
+        let mut listening = pooled(lease());
+        listening.listen_notify = true;
+        assert!(check_pooler(Dialect::Postgres, &listening).is_err());
+        assert!(check_pooler(Dialect::Sqlite, &pooled(lease())).is_err());
+        check_pooler(Dialect::Postgres, &config(FormKind::Advisory)).unwrap();
+    }
+}
