@@ -39,7 +39,10 @@ pub(crate) fn required() -> bool {
 /// directory; `Err` with the name of the server's variable when it is not set and not required.
 /// Installs the `tracing` subscriber first: `RUST_LOG=sqlx_queue=debug cargo test ..` shows the
 /// runner's logs of failing tests.
-#[allow(dead_code, reason = "`it` reads the variable of the server its test runs on")]
+#[allow(
+    dead_code,
+    reason = "`it` reads the variable of the server its test runs on"
+)]
 pub(crate) fn database_url<DB: Db>(file: &str) -> Result<String, &'static str> {
     database_url_in(DB::URL_VAR, file)
 }
