@@ -149,19 +149,23 @@ pub(super) fn as_i64(w: &mut SqlWriter, column: &str) {
 pub(super) fn finish(w: &mut SqlWriter, n: &Names) {
     match &n.processed_at {
         Some(processed_at) => {
-            w.push("UPDATE ")
-                .push(&n.table)
-                .push(" SET ")
-                .push(processed_at)
-                .push(" = ")
-                .param(Slot::Now);
-            if let Some(lease) = &n.lease {
-                w.push(", ").push(lease).push(" = NULL");
-            }
+            w.push("UPDATE ").push(&n.table);
+            mark_processed(w, n, processed_at);
         }
         None => {
             w.push("DELETE FROM ").push(&n.table);
         }
+    }
+}
+
+/// ` SET processed_at = now[, lease = NULL]` of a finish that marks rather than deletes.
+pub(super) fn mark_processed(w: &mut SqlWriter, n: &Names, processed_at: &str) {
+    w.push(" SET ")
+        .push(processed_at)
+        .push(" = ")
+        .param(Slot::Now);
+    if let Some(lease) = &n.lease {
+        w.push(", ").push(lease).push(" = NULL");
     }
 }
 

@@ -1,6 +1,6 @@
 //! MySQL and MariaDB statement text.
 
-use super::common::{claimable, order};
+use super::common::{claimable, mark_processed, order};
 use super::lease::lease_set;
 use super::{BySize, Claim, Kind, Names, Slot, SqlWriter, Stmt};
 use crate::table::Dialect;
@@ -88,19 +88,26 @@ pub(super) fn try_lock_of(w: &mut SqlWriter, id: &str) {
     w.push(", 0) = 1");
 }
 
-/// Releases the locks of `count` ids (`IdAt`, a short list repeating its last id), returning
-/// the ids whose lock was held.
-pub(super) fn unlock_many(count: u16) -> Stmt {
-    let mut w = SqlWriter::new(Dialect::MySql);
-    w.push("SELECT CAST(d.k AS SIGNED) FROM (");
+/// `SELECT CAST(? AS SIGNED) AS <column> UNION ..` of `count` ids (`IdAt`): a list of ids as a
+/// derived table, each id once.
+fn id_union(w: &mut SqlWriter, count: u16, column: &str) {
     for i in 0..count {
         if i > 0 {
             w.push(" UNION ");
         }
         w.push("SELECT CAST(")
             .param(Slot::IdAt(i))
-            .push(" AS SIGNED) AS k");
+            .push(" AS SIGNED) AS ")
+            .push(column);
     }
+}
+
+/// Releases the locks of `count` ids (`IdAt`, a short list repeating its last id), returning
+/// the ids whose lock was held.
+pub(super) fn unlock_many(count: u16) -> Stmt {
+    let mut w = SqlWriter::new(Dialect::MySql);
+    w.push("SELECT CAST(d.k AS SIGNED) FROM (");
+    id_union(&mut w, count, "k");
     w.push(") AS d WHERE RELEASE_LOCK(");
     lock_name(&mut w, |w| {
         w.push("d.k");
@@ -115,14 +122,7 @@ pub(super) fn unlock_many(count: u16) -> Stmt {
 /// as a scan, which locks rows other transactions hold, and concurrent batches deadlock.
 fn joined_ids(w: &mut SqlWriter, n: &Names, count: u16) {
     w.push("(");
-    for i in 0..count {
-        if i > 0 {
-            w.push(" UNION ");
-        }
-        w.push("SELECT CAST(")
-            .param(Slot::IdAt(i))
-            .push(" AS SIGNED) AS sqlxq_id");
-    }
+    id_union(w, count, "sqlxq_id");
     w.push(") AS sqlxq_ids STRAIGHT_JOIN ")
         .push(&n.table)
         .push(" ON ")
@@ -140,13 +140,7 @@ pub(super) fn finish_joined(n: &Names, count: u16) -> Stmt {
         Some(processed_at) => {
             w.push("UPDATE ");
             joined_ids(&mut w, n, count);
-            w.push(" SET ")
-                .push(processed_at)
-                .push(" = ")
-                .param(Slot::Now);
-            if let Some(lease) = &n.lease {
-                w.push(", ").push(lease).push(" = NULL");
-            }
+            mark_processed(&mut w, n, processed_at);
         }
         None => {
             w.push("DELETE ").push(&n.table).push(" FROM ");
