@@ -121,6 +121,10 @@ pub(crate) mod private {
         fn get_i64(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
         fn get_bytes(row: &Self::Row, index: usize) -> Result<Vec<u8>, sqlx::Error>;
         fn get_text(row: &Self::Row, index: usize) -> Result<String, sqlx::Error>;
+        fn get_time(
+            row: &Self::Row,
+            index: usize,
+        ) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error>;
 
         /// Runs an insert on any executor, returning the new row's id (from `RETURNING` or the
         /// driver). Boxed, as sqlx's own executor methods are: an opaque future generic over the
@@ -133,6 +137,13 @@ pub(crate) mod private {
         ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
         where
             E: 'e + sqlx::Executor<'c, Database = Self>;
+
+        /// Runs an insert on a connection, returning the id the driver reports (MySQL/MariaDB's
+        /// last insert id; the others return ids with `RETURNING` and report none: 0).
+        fn insert_id_on(
+            conn: &mut Self::Connection,
+            query: Q<Self>,
+        ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send;
 
         /// Runs a statement on any executor, returning the number of rows it changed (boxed, as
         /// `insert_id`).
@@ -388,6 +399,13 @@ macro_rules! driver_common {
         }
 
         fn get_text(row: &Self::Row, index: usize) -> Result<String, sqlx::Error> {
+            sqlx::Row::try_get(row, index)
+        }
+
+        fn get_time(
+            row: &Self::Row,
+            index: usize,
+        ) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
             sqlx::Row::try_get(row, index)
         }
 

@@ -172,6 +172,7 @@ impl QueueConfig {
                  visible to other claims, which would take the next row of its group",
             ));
         }
+        self.check_unique_key(queue)?;
         if self.fifo && self.table.group.is_none() {
             return Err(Error::declaration(
                 queue,
@@ -236,4 +237,35 @@ pub trait Mount<DB: Backend>: sealed::Sealed {
     /// The queue's configuration and its handler.
     #[doc(hidden)]
     fn into_parts(self) -> (QueueConfig, Self::Handler);
+}
+
+impl QueueConfig {
+    /// A table with a unique key must let enqueues see a job in work, so that a replace or
+    /// debounce leaves it alone: a lease queue's table names its lease column; the advisory
+    /// form, whose keys no statement of another session sees, is refused.
+    fn check_unique_key(&self, queue: &str) -> Result<()> {
+        if self.table.unique_key.is_none() {
+            return Ok(());
+        }
+        match &self.form {
+            FormKind::Lease { column, .. } if self.table.lease.as_deref() != Some(column) => {
+                Err(Error::declaration(
+                    queue,
+                    format!(
+                        "table `{}` has a unique key: declare its lease column with \
+                         `Table::lease({column:?})`, so that a unique job's replace or debounce \
+                         leaves a job in work alone",
+                        self.table.name
+                    ),
+                ))
+            }
+            FormKind::Advisory => Err(Error::unsupported(
+                queue,
+                "a table with a unique key cannot be served by the advisory lock form: a unique \
+                 job's replace or debounce cannot see a job held by an advisory key; use the row \
+                 lock or lease form",
+            )),
+            _ => Ok(()),
+        }
+    }
 }

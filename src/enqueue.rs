@@ -5,6 +5,7 @@
 //! in-process wake-ups are apart in `wake`, where the runner registers its queues too.
 
 mod refuse;
+mod unique;
 mod wake;
 
 use std::borrow::Cow;
@@ -19,6 +20,7 @@ use crate::dialect::{self, Args, EnqueueSql, Names};
 use crate::error::{Error, Result};
 use crate::table::{Dialect, Table, Value};
 
+pub use unique::{Enqueued, OnDuplicate, UniqueJob};
 pub(crate) use wake::{wake, wakes};
 
 /// Statements of a bulk enqueue take at most this many bound values (every database allows

@@ -136,6 +136,19 @@ pub enum Error {
         reason: String,
     },
 
+    /// A unique job's key is held by a row the enqueue could not see however often it looked: a
+    /// row committed after the snapshot of the caller's `REPEATABLE READ` (or `SERIALIZABLE`)
+    /// transaction. Nothing was inserted or changed; retry in a new transaction.
+    #[error(
+        "table `{table}`: unique key {key:?} is held by a row this transaction cannot see; retry in a new transaction"
+    )]
+    UniqueKeyHidden {
+        /// The table the job was for.
+        table: String,
+        /// The job's unique key.
+        key: String,
+    },
+
     /// A declaration this database does not support: `.listen_notify()` off PostgreSQL, an
     /// isolation level on SQLite or a SQLite mode elsewhere, an isolation level the row lock
     /// form cannot claim at on MySQL/MariaDB, FIFO off the lease form.

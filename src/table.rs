@@ -38,6 +38,9 @@ pub struct Table {
     pub(crate) retry_after: Option<String>,
     pub(crate) processed_at: Option<String>,
     pub(crate) priority: Option<String>,
+    pub(crate) unique_key: Option<String>,
+    pub(crate) lease: Option<String>,
+    pub(crate) created_at: Option<String>,
     pub(crate) notify: bool,
     pub(crate) pooler: Pooler,
 }
@@ -54,6 +57,9 @@ impl Table {
             retry_after: None,
             processed_at: None,
             priority: None,
+            unique_key: None,
+            lease: None,
+            created_at: None,
             notify: false,
             pooler: Pooler::None,
         }
@@ -122,6 +128,35 @@ impl Table {
     /// earliest due (a row never delayed first), then the smallest id.
     pub fn priority(mut self, column: impl Into<String>) -> Self {
         self.priority = Some(column.into());
+        self
+    }
+
+    /// A unique key column (text, with a unique index): [`Job::unique`](crate::Job::unique) jobs
+    /// carry a key, and the index keeps one unfinished job per key; what an enqueue of a key
+    /// already taken does is the job's policy (skip, replace, debounce). A finished row frees its
+    /// key: an ack or drop deletes it, or on a table that keeps finished rows
+    /// ([`processed_at`](Table::processed_at)) the index is partial on unfinished rows
+    /// (PostgreSQL, SQLite) or the settlement clears the key (MySQL/MariaDB, which has no
+    /// partial index). The README shows the index per database.
+    pub fn unique_key(mut self, column: impl Into<String>) -> Self {
+        self.unique_key = Some(column.into());
+        self
+    }
+
+    /// The lease column of the queues on this table (the [lease form](crate::Queue::lease)), so
+    /// that statements run outside a runner know a job in work: a unique job's replace and
+    /// debounce leave a leased row alone. A lease queue on a table with a
+    /// [unique key](Table::unique_key) must have its table say it (else it is refused at start).
+    pub fn lease(mut self, column: impl Into<String>) -> Self {
+        self.lease = Some(column.into());
+        self
+    }
+
+    /// A creation time column (a timestamp with a database default, such as
+    /// `DEFAULT CURRENT_TIMESTAMP`), never written by the crate: a debounced unique job is never
+    /// pushed later than its `max` after this time.
+    pub fn created_at(mut self, column: impl Into<String>) -> Self {
+        self.created_at = Some(column.into());
         self
     }
 

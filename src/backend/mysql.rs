@@ -43,6 +43,11 @@ impl Driver for MySql {
         too_large.then_some("max_allowed_packet")
     }
 
+    async fn insert_id_on(conn: &mut Self::Connection, query: Q<Self>) -> Result<i64, sqlx::Error> {
+        let id = query.execute(&mut *conn).await?.last_insert_id();
+        i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    }
+
     fn insert_id<'e, 'c: 'e, E>(
         executor: E,
         query: Q<Self>,

@@ -41,6 +41,10 @@ impl Driver for Sqlite {
         }
     }
 
+    async fn insert_id_on(conn: &mut Self::Connection, query: Q<Self>) -> Result<i64, sqlx::Error> {
+        Self::execute(conn, query).await.map(|_| 0)
+    }
+
     fn insert_id<'e, 'c: 'e, E>(
         executor: E,
         query: Q<Self>,

@@ -158,7 +158,7 @@ pub(super) fn finish(w: &mut SqlWriter, n: &Names) {
     }
 }
 
-/// ` SET processed_at = now[, lease = NULL]` of a finish that marks rather than deletes.
+/// ` SET processed_at = now[, lease = NULL][, unique key = NULL]` of a finish that marks rather than deletes.
 pub(super) fn mark_processed(w: &mut SqlWriter, n: &Names, processed_at: &str) {
     w.push(" SET ")
         .push(processed_at)
@@ -166,6 +166,10 @@ pub(super) fn mark_processed(w: &mut SqlWriter, n: &Names, processed_at: &str) {
         .param(Slot::Now);
     if let Some(lease) = &n.lease {
         w.push(", ").push(lease).push(" = NULL");
+    }
+    // MySQL/MariaDB has no partial index: a finished row frees its unique key by losing it.
+    if let (Dialect::MySql, Some(key)) = (w.dialect(), &n.unique_key) {
+        w.push(", ").push(key).push(" = NULL");
     }
 }
 

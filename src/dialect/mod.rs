@@ -18,6 +18,7 @@ mod postgres;
 mod sqlite;
 mod stmt;
 mod types;
+mod unique;
 
 use crate::config::{Isolation, SqliteMode};
 use crate::error::Result;
@@ -33,6 +34,12 @@ pub(crate) use lease::{FinishMany, LeaseSql, MAX_FINISH};
 pub(crate) use names::Names;
 pub(crate) use stmt::{Args, BySize, Slot, SqlWriter, Stmt};
 pub(crate) use types::{Kind, attempt_max, holds};
+pub(crate) use unique::Change;
+
+/// The statements of unique jobs.
+pub(crate) mod unique_sql {
+    pub(crate) use super::unique::{holders, insert, lock, update};
+}
 
 /// What opens a transaction that writes: SQLite's `BEGIN IMMEDIATE` takes the write lock at once,
 /// so a read at its start cannot be outdated by another writer before its write.

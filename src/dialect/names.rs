@@ -22,6 +22,12 @@ pub(crate) struct Names {
     /// the catalog at start; `i64::MAX` until then).
     pub(crate) attempt_max: i64,
     pub(crate) priority: Option<String>,
+    /// The unique key column ([`Table::unique_key`]).
+    pub(crate) unique_key: Option<String>,
+    /// The lease column the table declares ([`Table::lease`]), for statements outside a runner.
+    pub(crate) table_lease: Option<String>,
+    /// The creation time column ([`Table::created_at`]).
+    pub(crate) created_at: Option<String>,
     /// One row in work per group at a time, in order (the lease form).
     pub(crate) fifo: bool,
     /// Whether claims take only the rows of one group value (a named queue), or of every group
@@ -57,6 +63,9 @@ impl Names {
             attempt: None,
             attempt_max: i64::MAX,
             priority: opt(&table.priority)?,
+            unique_key: opt(&table.unique_key)?,
+            table_lease: opt(&table.lease)?,
+            created_at: opt(&table.created_at)?,
             fifo: false,
             one_group: table.group.is_some(),
             notify: table.notify,

@@ -50,6 +50,8 @@ pub(crate) enum Slot {
     NotifyTable,
     /// A notification's payload: the job's group.
     NotifyPayload,
+    /// A unique job's key.
+    UniqueKey,
 }
 
 impl Slot {
@@ -71,7 +73,8 @@ impl Slot {
             | Slot::KeyPrefix
             | Slot::DeadGroup
             | Slot::NotifyTable
-            | Slot::NotifyPayload => ValueKind::Text,
+            | Slot::NotifyPayload
+            | Slot::UniqueKey => ValueKind::Text,
             Slot::Payload => ValueKind::Bytes,
         }
     }
@@ -182,6 +185,7 @@ pub(crate) struct Args<'a> {
     pub(crate) priority: i64,
     pub(crate) notify_table: Option<&'a str>,
     pub(crate) notify_payload: Option<&'a str>,
+    pub(crate) unique_key: Option<&'a str>,
 }
 
 impl<'a> Args<'a> {
@@ -226,6 +230,7 @@ impl<'a> Args<'a> {
             Slot::Priority => Value::I64(self.priority),
             Slot::NotifyTable => Value::Text(self.notify_table),
             Slot::NotifyPayload => Value::Text(Some(self.notify_payload.unwrap_or(""))),
+            Slot::UniqueKey => Value::Text(self.unique_key),
         }
     }
 }

@@ -61,6 +61,8 @@ mod runner;
 mod schema;
 mod shutdown;
 mod transactional;
+mod unique;
+mod unique_work;
 
 /// In a database's module, one module per area with the area's tests on `$db`:
 /// `modules!(sqlx::Sqlite: lease)` writes `mod lease`, and
@@ -85,7 +87,7 @@ macro_rules! per_database {
         mod $db {
             modules!($ty:
                 lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
-                rows, identity, dead_table, custom_sql, refusals,
+                rows, identity, dead_table, custom_sql, refusals, unique,
             );
             modules!($ty:
                 advisory => held(AdvisoryForm),
@@ -102,6 +104,7 @@ macro_rules! per_database {
                 lease_poison => poison(LeaseForm),
                 advisory_poison => poison(AdvisoryForm),
                 lease_attempts => attempts(LeaseForm),
+                lease_unique => unique_work(LeaseForm),
                 advisory_attempts => attempts(AdvisoryForm),
             );
             $(
@@ -114,6 +117,7 @@ macro_rules! per_database {
                     row_lock_shutdown => shutdown(RowLockForm),
                     row_lock_poison => poison(RowLockForm),
                     row_lock_attempts => attempts(RowLockForm),
+                    row_lock_unique => unique_work(RowLockForm),
                 );
             )?
         }

@@ -173,12 +173,22 @@ where
         let deliveries = drain.journal.entries();
         assert_handled(&deliveries, &drain.ids);
         ctx.assert_settled_once(&drain.settled, &drain.ids).await;
-        // Whatever a handler held was lost at the stop, but nobody could claim it again before
-        // the server was back, by when every handler of the outage had ended.
+        // Whatever a handler held was lost at the stop. A stopping server ends its sessions one
+        // after another: a session it has not ended yet may claim a row whose holder's session
+        // already ended while that handler still works (as a killed session's row in
+        // `killed.rs`). Any other overlap breaks the form's promise; the lease form's leases
+        // outlive the outage, so it has none at all.
         let twice = overlaps(&deliveries, |_| None);
+        let unexplained: Vec<_> = twice
+            .iter()
+            .filter(|(first, then)| {
+                drain.form == "lease" || !(first.start < stopped && down_at <= then.start)
+            })
+            .collect();
         assert!(
-            twice.is_empty(),
-            "{}: rows in two handlers at once: {twice:?}",
+            unexplained.is_empty(),
+            "{}: rows in two handlers at once, not across the stop (began {down_at}, ended \
+             {stopped}): {unexplained:?}",
             drain.form
         );
         let first_after = deliveries
