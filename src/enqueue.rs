@@ -6,6 +6,7 @@
 
 mod refuse;
 mod unique;
+mod unique_job;
 mod wake;
 
 use std::borrow::Cow;
@@ -20,7 +21,7 @@ use crate::dialect::{self, Args, EnqueueSql, Names};
 use crate::error::{Error, Result};
 use crate::table::{Dialect, Table, Value};
 
-pub use unique::{Enqueued, OnDuplicate, UniqueJob};
+pub use unique_job::{Enqueued, OnDuplicate, UniqueJob};
 pub(crate) use wake::{wake, wakes};
 
 /// Statements of a bulk enqueue take at most this many bound values (every database allows
