@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::BoxFuture;
 use sqlx::{Acquire, AssertSqlSafe, SqlSafeStr as _};
 
 use super::unique_job::{Enqueued, OnDuplicate, UniqueJob};
@@ -56,15 +57,22 @@ impl Table {
     /// column, or a debounce without `retry_after` and `created_at` columns;
     /// [`Error::UniqueKeyHidden`] when the key's row stays out of the caller's transaction's
     /// sight.
-    pub async fn enqueue_unique<'c, DB, A>(&self, conn: A, job: UniqueJob<'_>) -> Result<Enqueued>
+    pub fn enqueue_unique<'e, 'c: 'e, DB, A>(
+        &'e self,
+        conn: A,
+        job: UniqueJob<'e>,
+    ) -> BoxFuture<'e, Result<Enqueued>>
     where
         DB: Backend,
-        A: Acquire<'c, Database = DB>,
+        A: Acquire<'c, Database = DB> + Send + 'e,
     {
-        let done = self
-            .enqueue_many_unique(conn, std::slice::from_ref(&job))
-            .await?;
-        Ok(done[0])
+        // Boxed, as sqlx's own executor methods are: an opaque future generic over the
+        // connection's lifetimes would keep a handler that enqueues through `&mut *d.tx()` from
+        // being `Send` (rust-lang/rust#100013).
+        Box::pin(async move {
+            let done = self.many_unique(conn, std::slice::from_ref(&job)).await?;
+            Ok(done[0])
+        })
     }
 
     /// Enqueues many unique jobs, each by its own policy, in order (a key given twice meets the
@@ -77,11 +85,19 @@ impl Table {
     /// As [`enqueue_unique`](Table::enqueue_unique) and
     /// [`enqueue_many`](Table::enqueue_many). Outside a transaction, jobs enqueued before an
     /// error stay.
-    pub async fn enqueue_many_unique<'c, DB, A>(
-        &self,
+    pub fn enqueue_many_unique<'e, 'c: 'e, DB, A>(
+        &'e self,
         conn: A,
-        jobs: &[UniqueJob<'_>],
-    ) -> Result<Vec<Enqueued>>
+        jobs: &'e [UniqueJob<'_>],
+    ) -> BoxFuture<'e, Result<Vec<Enqueued>>>
+    where
+        DB: Backend,
+        A: Acquire<'c, Database = DB> + Send + 'e,
+    {
+        Box::pin(self.many_unique(conn, jobs))
+    }
+
+    async fn many_unique<'c, DB, A>(&self, conn: A, jobs: &[UniqueJob<'_>]) -> Result<Vec<Enqueued>>
     where
         DB: Backend,
         A: Acquire<'c, Database = DB>,

@@ -5,6 +5,8 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::Job;
+#[cfg(doc)]
+use crate::Table;
 
 /// What an enqueue of a unique job does when an unfinished job already holds its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

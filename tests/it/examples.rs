@@ -51,3 +51,22 @@ fn transactional_discards_the_first_attempts_writes_and_commits_the_second() {
     ];
     assert_eq!(lines, expected, "{out}");
 }
+
+#[test]
+fn unique_debounces_replaces_and_never_queues_a_welcome_email_twice() {
+    let out = run_example("unique");
+    let lines: Vec<&str> = out.lines().collect();
+    let expected = [
+        "edit 1: index refresh queued",
+        "edit 2: index refresh pushed later",
+        "edit 3: index refresh pushed later",
+        "report for 2026-10: queued",
+        "report for 2026-11: replaced",
+        "signup of ann@example.com: welcome email queued",
+        "signup of ann@example.com: welcome email already queued",
+        "queued: refresh:42 = refresh account 42",
+        "queued: report:monthly = 2026-11",
+        "queued: welcome:ann@example.com = ann@example.com",
+    ];
+    assert_eq!(lines, expected, "{out}");
+}
