@@ -124,7 +124,7 @@ pub(crate) async fn a_failed_settlement_in_a_batch<DB: TestDb, F: Form<DB>>() {
         return;
     };
     let t = ctx.table(Spec::lease()).await;
-    ctx.exec(&DB::failing_delete(&t)).await;
+    ctx.exec(&DB::refusing(&t, "DELETE")).await;
     let retried = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("retry"))
         .await
         .unwrap();

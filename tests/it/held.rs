@@ -577,7 +577,7 @@ pub(crate) async fn a_failed_settlement_returns_the_row_as_it_was<DB: TestDb, F:
         return;
     };
     let t = ctx.table(Spec::lease()).await;
-    ctx.exec(&DB::failing_delete(&t)).await;
+    ctx.exec(&DB::refusing(&t, "DELETE")).await;
     let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("x"))
         .await
         .unwrap();

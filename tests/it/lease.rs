@@ -33,6 +33,7 @@ macro_rules! tests {
             a_custom_settlement_confirms_the_lease_first,
             a_payload_that_does_not_decode_is_dead_lettered_or_dropped,
             a_shutdown_during_a_lease_extension_releases_the_token_the_row_carries,
+            a_shutdown_that_cannot_release_a_row_in_time_says_so,
         );
     };
 }
@@ -582,6 +583,18 @@ impl Drop for Dropped {
 pub(crate) async fn a_shutdown_during_a_lease_extension_releases_the_token_the_row_carries<
     DB: TestDb,
 >() {
+    shutdown_during_an_extension::<DB>(false).await;
+}
+
+pub(crate) async fn a_shutdown_that_cannot_release_a_row_in_time_says_so<DB: TestDb>() {
+    shutdown_during_an_extension::<DB>(true).await;
+}
+
+/// A shutdown that cancels a handler while its lease extension waits for another session's
+/// lock on the row. That session lets go at once (the release goes through with the token the
+/// extension wrote), or, `past_grace`, only after the shutdown returned: the row could not be
+/// released in time, and the report says so.
+async fn shutdown_during_an_extension<DB: TestDb>(past_grace: bool) {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -640,25 +653,56 @@ pub(crate) async fn a_shutdown_during_a_lease_extension_releases_the_token_the_r
 
     // Shutdown cancels the handler while its extension is in flight; the extension then
     // commits its new token once the other session lets it.
+    let asked = tokio::time::Instant::now();
     let shutdown = tokio::spawn(running.shutdown());
     recv(&mut gone, "the handler cancelled", 10).await;
-    holder.rollback().await.unwrap();
+    let holder = if past_grace {
+        Some(holder)
+    } else {
+        holder.rollback().await.unwrap();
+        None
+    };
     let report = tokio::time::timeout(Duration::from_secs(10), shutdown)
         .await
         .expect("shutdown returns")
         .unwrap()
         .unwrap();
-    assert_eq!(
-        (report.cancelled, report.released, report.unreleased),
-        (1, 1, 0),
-        "{report:?}"
-    );
-    assert_eq!(
-        ctx.count(&t, &format!("id = {id} AND locked_until IS NULL"))
-            .await,
-        1,
-        "no lease left behind after shutdown returned"
-    );
+    let took = asked.elapsed();
+    if past_grace {
+        // The timeout (0.2 s), then 1 s for the extension in flight and 1 s for the release.
+        assert!(took < Duration::from_millis(3500), "shutdown took {took:?}");
+        assert_eq!(
+            (report.cancelled, report.released, report.unreleased),
+            (1, 0, 1),
+            "a row still held elsewhere is reported unreleased: {report:?}"
+        );
+        holder.expect("held").rollback().await.unwrap();
+        // The extension wrote its token once the other session let go: the row returns when
+        // that lease (1 s) expires, to a runner started afterwards.
+        let again = Queue::table(jobs(&t))
+            .lease("locked_until")
+            .handler(|_: Delivery<DB>| async { Outcome::ack() });
+        let running = Runner::new(pool.clone())
+            .poll_interval(Duration::from_millis(50))
+            .mount(again)
+            .start()
+            .await
+            .unwrap();
+        ctx.wait_none(&t, &format!("id = {id}"), 10).await;
+        running.shutdown().await.unwrap();
+    } else {
+        assert_eq!(
+            (report.cancelled, report.released, report.unreleased),
+            (1, 1, 0),
+            "{report:?}"
+        );
+        assert_eq!(
+            ctx.count(&t, &format!("id = {id} AND locked_until IS NULL"))
+                .await,
+            1,
+            "no lease left behind after shutdown returned"
+        );
+    }
     pool.close().await;
     ctx.drop_tables().await;
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use sqlx_queue::{DeadLetter, Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::time::Instant;
 
 use crate::support::{Ctx, Form, Spec, TestDb, recv, wait_for};
@@ -19,6 +19,7 @@ macro_rules! tests {
             a_row_whose_claim_fails_does_not_stop_the_others,
             a_row_that_does_not_decode_is_settled_by_the_decode_policy,
             a_row_whose_settlement_keeps_failing_is_held_back_longer_each_time,
+            a_row_whose_dead_letter_move_keeps_failing_is_held_back_longer_each_time,
         );
     };
 }
@@ -141,7 +142,7 @@ pub(crate) async fn a_row_whose_settlement_keeps_failing_is_held_back_longer_eac
         return;
     };
     let t = ctx.table(Spec::lease()).await;
-    ctx.exec(&DB::failing_delete(&t)).await;
+    ctx.exec(&DB::refusing(&t, "DELETE")).await;
     let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("x"))
         .await
         .unwrap();
@@ -159,30 +160,106 @@ pub(crate) async fn a_row_whose_settlement_keeps_failing_is_held_back_longer_eac
         .start()
         .await
         .unwrap();
-    let first = recv(&mut seen, "the first delivery", 10).await;
-    // Every ack fails (its DELETE is refused): count the deliveries of 3.5 s.
-    let window = first + Duration::from_millis(3500);
-    let mut deliveries = vec![first];
-    while let Ok(Some(at)) = tokio::time::timeout_at(window, seen.recv()).await {
-        deliveries.push(at);
-    }
+    // Every ack fails (its DELETE is refused).
+    let deliveries = deliveries_within(&mut seen, Duration::from_millis(3500)).await;
     let failed = running.stats().failed;
     running.shutdown().await.unwrap();
-    let gaps: Vec<Duration> = deliveries.windows(2).map(|p| p[1] - p[0]).collect();
-    assert!(
-        (2..=4).contains(&deliveries.len()),
-        "1 s, then 2 s between deliveries, not a hot loop: {} deliveries, gaps {gaps:?}",
-        deliveries.len()
-    );
-    assert!(
-        gaps.iter().all(|gap| *gap >= Duration::from_millis(900)),
-        "{gaps:?}"
-    );
+    held_back_longer_each_time(&deliveries);
     assert!(failed >= 2, "{failed}");
     assert_eq!(
         ctx.count(&t, &format!("id = {id}")).await,
         1,
         "the row is kept"
     );
+    ctx.drop_tables().await;
+}
+
+/// The deliveries seen on `seen` from the first one for `window` after it.
+async fn deliveries_within(
+    seen: &mut tokio::sync::mpsc::UnboundedReceiver<Instant>,
+    window: Duration,
+) -> Vec<Instant> {
+    let first = recv(seen, "the first delivery", 10).await;
+    let end = first + window;
+    let mut deliveries = vec![first];
+    while let Ok(Some(at)) = tokio::time::timeout_at(end, seen.recv()).await {
+        deliveries.push(at);
+    }
+    deliveries
+}
+
+/// Deliveries of 3.5 s of a row held back 1 s, then 2 s (then 4 s): two or three of them, each
+/// gap at least the delay before it. A constant 1 s delay would deliver four times, a hot loop
+/// hundreds.
+fn held_back_longer_each_time(deliveries: &[Instant]) {
+    let gaps: Vec<Duration> = deliveries.windows(2).map(|p| p[1] - p[0]).collect();
+    assert!(
+        (2..=3).contains(&deliveries.len()),
+        "1 s, then 2 s between deliveries, not a hot loop: {} deliveries, gaps {gaps:?}",
+        deliveries.len()
+    );
+    for (gap, delay) in gaps.iter().zip([900, 1800]) {
+        assert!(
+            *gap >= Duration::from_millis(delay),
+            "the hold grows (1 s, 2 s): gaps {gaps:?}"
+        );
+    }
+}
+
+pub(crate) async fn a_row_whose_dead_letter_move_keeps_failing_is_held_back_longer_each_time<
+    DB: TestDb,
+    F: Form<DB>,
+>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let dead = ctx.table(Spec::lease()).await;
+    // The dead-letter table passes the checks at start, then refuses every row moved to it.
+    ctx.exec(&DB::refusing(&dead, "INSERT")).await;
+    let id = DB::enqueue(&ctx.pool, &jobs(&t), Job::new("x"))
+        .await
+        .unwrap();
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let queue = F::apply_leasing(Queue::table(jobs(&t)), Duration::from_millis(300))
+        .attempt("attempt")
+        .max_attempts(1)
+        .dead_letter(DeadLetter::table(&dead))
+        .handler(move |_: Delivery<DB>| {
+            let _ = tx.send(Instant::now());
+            // At the cap: the settlement is the move, which fails.
+            async { Outcome::retry() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(20))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    // A form that counts the attempt at its claim moves the row at its next claim without a
+    // delivery (its attempt is past the cap): the handler sees it once, and the moves that
+    // fail are counted instead.
+    let deliveries = deliveries_within(&mut seen, Duration::from_millis(3500)).await;
+    let stats = running.stats();
+    running.shutdown().await.unwrap();
+    if F::COUNTS_AT_TAKE {
+        assert!(
+            deliveries.len() <= 3,
+            "{} deliveries of a row past its cap",
+            deliveries.len()
+        );
+    } else {
+        held_back_longer_each_time(&deliveries);
+    }
+    assert!(
+        (2..=3).contains(&stats.failed),
+        "moves that fail are spaced 1 s, then 2 s, not a hot loop: {stats:?}"
+    );
+    assert_eq!(
+        ctx.count(&t, &format!("id = {id}")).await,
+        1,
+        "the row is kept"
+    );
+    assert_eq!(ctx.count(&dead, "1 = 1").await, 0, "nothing moved");
     ctx.drop_tables().await;
 }

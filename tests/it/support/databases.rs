@@ -90,8 +90,8 @@ pub(crate) trait TestDb: Db + Backend<Row: TestRow> {
         create_table::<Self>(table, spec, Self::INT)
     }
 
-    /// A trigger that makes every `DELETE` on `table` fail.
-    fn failing_delete(table: &str) -> String;
+    /// A trigger that refuses every `op` (`DELETE`, `INSERT`) on `table`.
+    fn refusing(table: &str, op: &str) -> String;
     fn text(pool: &Pool<Self>, sql: &str) -> impl Future<Output = sqlx::Result<String>> + Send;
     /// The rows of `sql` (in the database's own placeholders), with `binds` bound in order.
     fn rows(
@@ -189,10 +189,10 @@ macro_rules! test_db_calls {
 impl TestDb for sqlx::Sqlite {
     test_db_calls!();
 
-    fn failing_delete(table: &str) -> String {
+    fn refusing(table: &str, op: &str) -> String {
         format!(
-            "CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} \
-             BEGIN SELECT RAISE(ABORT, 'deletes refused'); END"
+            "CREATE TRIGGER {table}_no_{op} BEFORE {op} ON {table} \
+             BEGIN SELECT RAISE(ABORT, '{op} refused'); END"
         )
     }
 }
@@ -200,12 +200,12 @@ impl TestDb for sqlx::Sqlite {
 impl TestDb for sqlx::Postgres {
     test_db_calls!();
 
-    fn failing_delete(table: &str) -> String {
+    fn refusing(table: &str, op: &str) -> String {
         format!(
-            "CREATE FUNCTION {table}_refuse() RETURNS trigger LANGUAGE plpgsql AS \
-             $$ BEGIN RAISE EXCEPTION 'deletes refused'; END $$; \
-             CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} \
-             FOR EACH ROW EXECUTE FUNCTION {table}_refuse()"
+            "CREATE FUNCTION {table}_refuse_{op}() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN RAISE EXCEPTION '{op} refused'; END $$; \
+             CREATE TRIGGER {table}_no_{op} BEFORE {op} ON {table} \
+             FOR EACH ROW EXECUTE FUNCTION {table}_refuse_{op}()"
         )
     }
 }
@@ -213,10 +213,10 @@ impl TestDb for sqlx::Postgres {
 impl TestDb for sqlx::MySql {
     test_db_calls!();
 
-    fn failing_delete(table: &str) -> String {
+    fn refusing(table: &str, op: &str) -> String {
         format!(
-            "CREATE TRIGGER {table}_no_delete BEFORE DELETE ON {table} FOR EACH ROW \
-             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'deletes refused'"
+            "CREATE TRIGGER {table}_no_{op} BEFORE {op} ON {table} FOR EACH ROW \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{op} refused'"
         )
     }
 }
