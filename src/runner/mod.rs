@@ -28,9 +28,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, Clock};
-use crate::config::{FormKind, Mount, QueueConfig};
+use crate::config::{FormKind, QueueConfig};
 use crate::error::{Error, Result};
 use crate::form::{self, Identity};
+use crate::handler::Mount;
 use crate::table::Pooler;
 use launch::Launch;
 use queue::Shared;
