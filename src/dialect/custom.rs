@@ -63,7 +63,7 @@ pub(crate) fn custom(dialect: Dialect, sql: &str) -> Result<Stmt, String> {
                 w.param(marker(&sql[name_start..scan.at])?);
                 copied = scan.at;
             }
-            _ => scan.skip_token()?,
+            _ => scan.skip_token(c)?,
         }
     }
     if empty {
@@ -191,10 +191,10 @@ impl Scan<'_> {
         }
     }
 
-    /// Skips one token that is not a blank, a comment, `;` or a marker: a string, a quoted
-    /// identifier, or a byte of anything else. A `*/` left by a MySQL `/*! .. */` is a blank.
-    fn skip_token(&mut self) -> Result<(), String> {
-        let c = self.peek(0).expect("a byte to skip");
+    /// Skips one token that is not a blank, a comment, `;` or a marker, beginning with the byte
+    /// `c` here: a string, a quoted identifier, or a byte of anything else. A `*/` left by a
+    /// MySQL `/*! .. */` is a blank.
+    fn skip_token(&mut self, c: u8) -> Result<(), String> {
         let mysql = self.dialect == Dialect::MySql;
         match c {
             b'\'' => self.quoted(b'\'', mysql),

@@ -103,7 +103,7 @@ pub(crate) async fn check<DB: Backend>(
     let identity = catalog::read_identity::<DB>(conn, config.label(), &config.table.name).await?;
     names.attempt_max = attempt_max::<DB>(config, &columns)?;
     let guarded = matches!(config.form, FormKind::Lease { .. });
-    let dead = match dead_target::<DB>(conn, config, &columns).await? {
+    let dead = match dead_target::<DB>(conn, config, &names, &columns).await? {
         Some((target, group)) => {
             let sql = dialect::dead_letter(&names, &target, guarded);
             prepare_all::<DB>(conn, config, &sql.statements()).await?;
@@ -179,14 +179,22 @@ fn attempt_max<DB: Backend>(config: &QueueConfig, columns: &[Column]) -> Result<
 async fn dead_target<DB: Backend>(
     conn: &mut DB::Connection,
     config: &QueueConfig,
+    names: &Names,
     columns: &[Column],
 ) -> Result<Option<(DeadTarget, Option<Arc<str>>)>> {
     let dialect = DB::DIALECT;
     let dead = match config.dead_letter() {
         None => return Ok(None),
-        // The group column was checked with the declaration.
         Some(DeadLetter::Group(group)) => {
-            return Ok(Some((DeadTarget::Group, Some(Arc::from(group.as_str())))));
+            // Refused without a group column when the queue was mounted (`QueueConfig::check`).
+            let Some(column) = names.group.clone() else {
+                return Err(Error::declaration(
+                    config.label(),
+                    "a group dead letter needs the table's group column",
+                ));
+            };
+            let target = DeadTarget::Group { column };
+            return Ok(Some((target, Some(Arc::from(group.as_str())))));
         }
         Some(DeadLetter::Table(dead)) => dead,
     };
