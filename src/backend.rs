@@ -41,6 +41,22 @@ pub(crate) type Q<DB> = Query<'static, DB, <DB as sqlx::Database>::Arguments>;
 /// A notification a [`Listener`] received: its channel and its payload.
 pub(crate) type Notification = (String, String);
 
+/// Why an insert returned no id.
+#[derive(Debug)]
+pub enum InsertFailed {
+    /// The driver's error.
+    Driver(sqlx::Error),
+    /// The id the driver reported does not fit in an `i64` (MySQL/MariaDB's last insert id is
+    /// unsigned): the row was inserted.
+    IdOutOfRange(u64),
+}
+
+impl From<sqlx::Error> for InsertFailed {
+    fn from(error: sqlx::Error) -> Self {
+        InsertFailed::Driver(error)
+    }
+}
+
 /// A dedicated connection that listens for notifications (PostgreSQL).
 pub trait Listener: Send {
     /// The next notification; `None` when the connection was lost and listens again (those sent
@@ -134,7 +150,7 @@ pub(crate) mod private {
             executor: E,
             query: Q<Self>,
             returning: bool,
-        ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+        ) -> BoxFuture<'e, Result<i64, InsertFailed>>
         where
             E: 'e + sqlx::Executor<'c, Database = Self>;
 
@@ -143,7 +159,7 @@ pub(crate) mod private {
         fn insert_id_on(
             conn: &mut Self::Connection,
             query: Q<Self>,
-        ) -> impl Future<Output = Result<i64, sqlx::Error>> + Send;
+        ) -> impl Future<Output = Result<i64, InsertFailed>> + Send;
 
         /// Runs a statement on any executor, returning the number of rows it changed (boxed, as
         /// `insert_id`).

@@ -16,7 +16,7 @@ use sqlx::{Acquire, AssertSqlSafe, SqlSafeStr as _};
 
 use super::unique_job::{Enqueued, OnDuplicate, UniqueJob};
 use super::wake;
-use crate::backend::{self, Backend, Clock};
+use crate::backend::{self, Backend, Clock, InsertFailed};
 use crate::dialect::{self, Args, Change, Names, unique_sql};
 use crate::error::{Error, Result, SchemaError};
 use crate::table::{Dialect, Table, Value};
@@ -262,7 +262,10 @@ impl Table {
         let inserted = if open.len() == 1 {
             DB::insert_id_on(conn, q).await
         } else {
-            DB::execute(conn, q).await.map(|_| 0)
+            DB::execute(conn, q)
+                .await
+                .map(|_| 0)
+                .map_err(InsertFailed::from)
         };
         match inserted {
             Ok(id) if open.len() == 1 => Ok(HashMap::from([(jobs[open[0]].key().to_owned(), id)])),
@@ -272,8 +275,11 @@ impl Table {
                 Ok(held.into_iter().map(|(k, h)| (k, h.id)).collect())
             }
             // Taken meanwhile: nothing was inserted; the keys are read next.
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(HashMap::new()),
-            Err(error) => Err(self.explain_unique::<DB>(error, &text, bytes)),
+            Err(InsertFailed::Driver(sqlx::Error::Database(e))) if e.is_unique_violation() => {
+                Ok(HashMap::new())
+            }
+            Err(InsertFailed::Driver(error)) => Err(self.explain_unique::<DB>(error, &text, bytes)),
+            Err(failed) => Err(self.insert_failed::<DB>(failed, &text, bytes)),
         }
     }
 
