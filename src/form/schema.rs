@@ -9,10 +9,10 @@ use sqlx::Pool;
 use super::catalog::{self, Column, Identity, find_column};
 use super::{Custom, Dead, dead_table};
 use crate::backend::{Backend, Clock, Engine};
-use crate::config::{FormKind, QueueConfig};
+use crate::config::{Event, FormKind, QueueConfig};
 use crate::dialect::{self, DeadTarget, Kind, Names, Stmt};
 use crate::error::{Error, Result, SchemaError};
-use crate::table::DeadLetter;
+use crate::table::{DeadLetter, Dialect};
 
 /// What the runner learns of the server at start.
 #[derive(Debug, Clone, Copy)]
@@ -111,16 +111,10 @@ pub(crate) async fn check<DB: Backend>(
         }
         None => None,
     };
-    let mut custom = Vec::with_capacity(config.custom.len());
-    for (event, sql) in &config.custom {
-        let stmt = dialect::custom(DB::DIALECT, sql).map_err(|reason| {
-            Error::declaration(
-                config.label(),
-                format!("the custom {event:?} statement: {reason}"),
-            )
-        })?;
-        custom.push((*event, stmt.unprepared_if(names.unprepared)));
-    }
+    let custom = custom_statements(DB::DIALECT, config)?
+        .into_iter()
+        .map(|(event, stmt)| (event, stmt.unprepared_if(names.unprepared)))
+        .collect();
     let custom = Custom::new(custom);
     prepare_all::<DB>(conn, config, &custom.statements().collect::<Vec<_>>()).await?;
     Ok(Checked {
@@ -136,6 +130,28 @@ pub(crate) async fn check<DB: Backend>(
         clock,
         server,
     })
+}
+
+/// Renders the queue's own statements ([`Queue::custom`](crate::Queue::custom)), refusing one
+/// that does not render (more than one statement, an unknown marker): a check that needs no
+/// database, made when the queue is mounted, and again here at start, where they are prepared.
+pub(crate) fn custom_statements(
+    dialect: Dialect,
+    config: &QueueConfig,
+) -> Result<Vec<(Event, Stmt)>> {
+    config
+        .custom
+        .iter()
+        .map(|(event, sql)| {
+            let stmt = dialect::custom(dialect, sql).map_err(|reason| {
+                Error::declaration(
+                    config.label(),
+                    format!("the custom {event:?} statement: {reason}"),
+                )
+            })?;
+            Ok((*event, stmt))
+        })
+        .collect()
 }
 
 /// The largest value the queue's attempt column holds, refusing a `max_attempts` it cannot
@@ -338,7 +354,6 @@ async fn check_columns<DB: Backend>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::Dialect;
 
     #[test]
     fn servers_without_skip_locked_are_refused() {
