@@ -7,6 +7,7 @@
 
 mod acks;
 mod batch;
+mod cancel;
 mod claim;
 mod deliver;
 mod keeper;
