@@ -1,5 +1,6 @@
-//! What the shutdown timeout leaves of a delivery whose handler it cancelled: its row goes back
-//! unsettled at once, whatever its connection is doing.
+//! What the shutdown timeout leaves of a delivery or a batch whose handler it cancelled: its
+//! rows go back unsettled at once, whatever its connection is doing, each kind's way written
+//! once here.
 
 use std::sync::atomic::Ordering;
 
@@ -7,7 +8,7 @@ use super::queue::Live;
 use super::stats::Counters;
 use crate::backend::Backend;
 use crate::delivery::TxSlot;
-use crate::form::{Form, Returned};
+use crate::form::{Form, GRACE, Returned};
 
 /// A delivery cancelled at the shutdown timeout: its handler's future is gone, and its row goes
 /// back unsettled at once, whatever the delivery's connection is doing. A transactional
@@ -52,4 +53,24 @@ pub(super) async fn delivery<DB: Backend, F: Form<DB>>(
             );
         }
     }
+}
+
+/// A batch cancelled at the shutdown timeout: its rows `ids` are released within [`GRACE`]; past
+/// it the release is dropped, and a connection holding the rows closes.
+pub(super) async fn batch<DB: Backend, F: Form<DB>>(q: &Live<DB, F>, ids: &[i64], batch: F::Batch) {
+    q.cancelled.fetch_add(1, Ordering::Relaxed);
+    let release = q.form.release_batch(&q.conns, ids, batch);
+    let released = tokio::time::timeout(GRACE, release).await;
+    let released = released.unwrap_or_else(|_| {
+        q.cancelled_unreleased
+            .fetch_add(ids.len() as u64, Ordering::Relaxed);
+        0
+    });
+    q.cancelled_released.fetch_add(released, Ordering::Relaxed);
+    Counters::add(&q.stats().released, released);
+    tracing::warn!(
+        released,
+        rows = ids.len(),
+        "batch cancelled at the shutdown timeout; its rows were released"
+    );
 }
