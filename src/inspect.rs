@@ -5,7 +5,7 @@ use sqlx::Acquire;
 
 use sqlx::SqlStr;
 
-use crate::backend::private::Driver as _;
+use crate::backend::driver::Driver as _;
 use crate::backend::{self, Backend, Clock, Q};
 use crate::dialect::{self, Args, DeadSql, DeadTarget, Names, Stmt};
 use crate::error::{Error, Result};

@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sqlx::{MySql, SqlStr};
 
-use super::private::Driver;
+use super::driver::Driver;
 use super::{Backend, InsertFailed, Q};
 use crate::table::{Dialect, Value, ValueKind};
 

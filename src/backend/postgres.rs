@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sqlx::{Pool, Postgres, SqlStr};
 
-use super::private::Driver;
+use super::driver::Driver;
 use super::{Backend, InsertFailed, Listener, Notification, Q};
 use crate::table::{Dialect, Value, ValueKind};
 

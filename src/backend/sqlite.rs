@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use sqlx::{SqlStr, Sqlite};
 use sqlx_core::transaction::TransactionManager;
 
-use super::private::Driver;
+use super::driver::Driver;
 use super::{Backend, InsertFailed, Q};
 use crate::table::{Dialect, Value, ValueKind};
 

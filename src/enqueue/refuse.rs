@@ -128,7 +128,7 @@ impl Table {
 
 #[cfg(all(test, feature = "mysql"))]
 mod tests {
-    use crate::backend::private::Driver as _;
+    use crate::backend::driver::Driver as _;
     use crate::error::Error;
     use crate::table::Table;
 
