@@ -1,12 +1,10 @@
 //! What a queue is once mounted: the typestate of its builder erased into a plain configuration
-//! that the runner, the forms and the statements read, and the [`Mount`] trait through which a
-//! runner takes a queue without knowing its builder.
+//! that the runner, the forms and the statements read (a runner takes it, with the queue's
+//! handler, through [`Mount`](crate::Mount)).
 
 use std::time::Duration;
 
-use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::handler::Handling;
 use crate::table::{DeadLetter, Dialect, Table};
 
 /// The most deliveries one queue keeps in work at once.
@@ -212,31 +210,6 @@ impl QueueConfig {
             _ => Ok(()),
         }
     }
-}
-
-pub(crate) mod sealed {
-    /// Sealed: only this crate's queues are mounted.
-    pub trait Sealed {}
-}
-
-/// A queue ready to mount on a [`Runner`](crate::Runner) of database `DB`: implemented by a
-/// [`Queue`](crate::Queue) whose declaration is complete — one claim form the database has, a
-/// handler of its deliveries, a dead letter where it has `max_attempts`. The runner takes a
-/// queue through it and never sees the builder's states.
-#[diagnostic::on_unimplemented(
-    message = "this queue cannot be mounted on a `{DB}` runner",
-    label = "an incomplete queue, or one for another database",
-    note = "a queue needs one claim form the database has, a handler taking `Delivery<{DB}, ..>`, \
-            and a dead letter where it has `max_attempts`"
-)]
-pub trait Mount<DB: Backend>: sealed::Sealed {
-    /// The queue's handler.
-    #[doc(hidden)]
-    type Handler: Handling<DB>;
-
-    /// The queue's configuration and its handler.
-    #[doc(hidden)]
-    fn into_parts(self) -> (QueueConfig, Self::Handler);
 }
 
 impl QueueConfig {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use sqlx::{AssertSqlSafe, Executor, SqlSafeStr as _};
 
-use crate::backend::{self, Backend, Clock};
+use crate::backend::{self, Backend, Clock, InsertFailed};
 use crate::dialect::{self, Args, EnqueueSql, Names};
 use crate::error::{Error, Result};
 use crate::table::{Dialect, Table, Value};
@@ -159,6 +159,7 @@ impl Table {
     /// has no column for); [`Error::PayloadTooLarge`] for a statement larger than
     /// MySQL/MariaDB's `max_allowed_packet`; [`Error::Schema`] for a SQLite table qualified by a
     /// name that is not an attached database (`public.jobs`: SQLite's is `main.jobs`);
+    /// [`Error::IdOutOfRange`] for a MySQL/MariaDB id beyond `i64` (the job was inserted);
     /// [`Error::Database`] from the insert.
     pub async fn enqueue<'c, DB, E>(&self, executor: E, job: Job<'_>) -> Result<i64>
     where
@@ -185,7 +186,7 @@ impl Table {
             .persistent(!sql.insert.unprepared);
         let id = DB::insert_id(executor, insert, sql.returning)
             .await
-            .map_err(|error| self.explain::<DB>(error, sql.insert.text(), bytes))?;
+            .map_err(|failed| self.insert_failed::<DB>(failed, sql.insert.text(), bytes))?;
         wake(&self.name, job.group.as_deref());
         Ok(id)
     }
@@ -253,9 +254,11 @@ impl Table {
                 .await
                 .map(|n| u64::try_from(n).unwrap_or(0))
         } else {
-            DB::execute_on(executor, q).await
+            DB::execute_on(executor, q)
+                .await
+                .map_err(InsertFailed::from)
         }
-        .map_err(|error| self.explain::<DB>(error, &text, bytes))?;
+        .map_err(|failed| self.insert_failed::<DB>(failed, &text, bytes))?;
         let mut woken: Vec<Option<&str>> = Vec::new();
         for job in jobs {
             let group = job.group.as_deref();

@@ -183,6 +183,21 @@ pub enum Error {
         queue: String,
     },
 
+    /// The id the database gave an inserted row does not fit in an `i64`: MySQL/MariaDB's ids
+    /// are unsigned, and a `BIGINT UNSIGNED` id column may count past `i64::MAX`. The job was
+    /// inserted (in the caller's transaction, where the insert ran in one); only its id cannot
+    /// be returned.
+    #[error(
+        "table `{table}`: the inserted row's id {id} does not fit in an i64; the job was inserted"
+    )]
+    #[non_exhaustive]
+    IdOutOfRange {
+        /// The table the job was inserted into.
+        table: String,
+        /// The id the database gave it.
+        id: u64,
+    },
+
     /// An error from the database driver.
     #[error(transparent)]
     Database(#[from] sqlx::Error),

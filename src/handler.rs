@@ -11,6 +11,7 @@
 //!
 //! The handler states a queue holds, and their calls, are apart in `states`.
 
+mod mount;
 mod states;
 
 use std::fmt;
@@ -19,6 +20,8 @@ use std::future::Future;
 use crate::backend::Backend;
 use crate::delivery::{Delivery, Mode, Outcome, Plain};
 
+pub use mount::Mount;
+pub(crate) use mount::sealed as mount_sealed;
 #[cfg(feature = "json")]
 pub use states::HandlesJson;
 pub use states::{Handles, HandlesBatches, HandlesRows};

@@ -5,7 +5,7 @@ use sqlx::Acquire;
 
 use sqlx::SqlStr;
 
-use crate::backend::private::Driver as _;
+use crate::backend::driver::Driver as _;
 use crate::backend::{self, Backend, Clock, Q};
 use crate::dialect::{self, Args, DeadSql, DeadTarget, Names, Stmt};
 use crate::error::{Error, Result};
@@ -134,7 +134,7 @@ impl Table {
     {
         let mut conn = conn.acquire().await?;
         let (names, target) = self.resolve::<A::Database>(&mut conn, queue).await?;
-        if matches!(target, Some(DeadTarget::Group)) && queue.group.is_none() {
+        if matches!(target, Some(DeadTarget::Group { .. })) && queue.group.is_none() {
             return Err(Error::declaration(
                 &self.name,
                 "requeue_dead from a dead-letter group needs the queue's group to return the rows \
@@ -178,13 +178,17 @@ impl Table {
         names.one_group = names.group.is_some() && queue.group.is_some();
         let target = match queue.dead_letter {
             None => None,
-            Some(DeadLetter::Group(_)) if self.group.is_none() => {
-                return Err(Error::declaration(
-                    &self.name,
-                    "a group dead letter needs the table's group column",
-                ));
-            }
-            Some(DeadLetter::Group(_)) => Some(DeadTarget::Group),
+            Some(DeadLetter::Group(_)) => match &names.group {
+                Some(column) => Some(DeadTarget::Group {
+                    column: column.clone(),
+                }),
+                None => {
+                    return Err(Error::declaration(
+                        &self.name,
+                        "a group dead letter needs the table's group column",
+                    ));
+                }
+            },
             Some(DeadLetter::Table(dead)) => {
                 // The queue table's columns, which the requeue copies back.
                 let quoted = dialect.quote_table(&self.name)?;

@@ -18,13 +18,13 @@ mod table;
 
 pub use backend::Backend;
 pub use backoff::{Backoff, backoff};
-pub use config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, Mount, SqliteMode};
+pub use config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, SqliteMode};
 pub use delivery::{Delivery, Mode, Outcome, Plain, Transactional, TransactionalMode, Tx};
 pub use enqueue::{Enqueued, Job, OnDuplicate, UniqueJob};
 pub use error::{Error, Result, SchemaError};
 #[cfg(feature = "json")]
 pub use handler::JsonHandler;
-pub use handler::{BatchHandler, Handler, IntoOutcome, RowHandler};
+pub use handler::{BatchHandler, Handler, IntoOutcome, Mount, RowHandler};
 pub use inspect::{Counts, Inspect};
 pub use queue::{Queue, state};
 pub use runner::{

@@ -2,13 +2,16 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::error::{Error, Result};
+mod ident;
+
+pub(crate) use ident::table_parts;
 
 /// A queue table: its name and which column plays which role.
 ///
 /// Only names are held here; nothing connects. Every name is validated and quoted in the
 /// database's own way when a statement is rendered (at [`Runner::start`](crate::Runner::start) or
-/// at the first enqueue), so a bad name is an [`Error::Identifier`], never SQL.
+/// at the first enqueue), so a bad name is an
+/// [`Error::Identifier`](crate::Error::Identifier), never SQL.
 ///
 /// A table name may be schema-qualified (`"jobs.signups"`: schema `jobs`, table `signups`; on
 /// MySQL/MariaDB the first part is the database, on SQLite the attached database: `main.jobs`,
@@ -85,7 +88,7 @@ impl Table {
     /// MySQL/MariaDB a text column should be `utf8mb4`: text is read as UTF-8 from any character
     /// set, but a character the column's set lacks is refused by the database at enqueue.
     ///
-    /// A declaration that does not match the column is an [`Error::Schema`] at
+    /// A declaration that does not match the column is an [`Error::Schema`](crate::Error::Schema) at
     /// [`Runner::start`](crate::Runner::start), but not at enqueue, which has only the caller's
     /// connection for one statement. There a bytes job (`PayloadType::Bytes`, the default) in a
     /// text column fares as the database makes it: PostgreSQL stores the bytes' hex text
@@ -217,7 +220,7 @@ impl DeadLetter {
     /// Dead-letters into the table `name`, which has the queue table's columns.
     ///
     /// A row moves with every column of the queue table (the lease cleared), so
-    /// [`Runner::start`](crate::Runner::start) refuses, as an [`Error::Schema`] naming the table
+    /// [`Runner::start`](crate::Runner::start) refuses, as an [`Error::Schema`](crate::Error::Schema) naming the table
     /// and the column, a dead-letter table that could not take it:
     ///
     /// - a column of the queue table it lacks, or holds in another type: the same type is
@@ -282,47 +285,6 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    /// Validates `ident` and quotes it in this database's way.
-    pub(crate) fn quote(self, ident: &str) -> Result<String> {
-        self.refuse_characters(ident)?;
-        validate_ident(ident)?;
-        match self {
-            Dialect::Postgres if ident.len() > 63 => Err(Error::Identifier {
-                name: ident.to_owned(),
-                reason: "PostgreSQL identifiers are at most 63 bytes (longer ones would be \
-                         silently truncated)",
-            }),
-            Dialect::MySql if ident.chars().count() > 64 => Err(Error::Identifier {
-                name: ident.to_owned(),
-                reason: "MySQL/MariaDB identifiers are at most 64 characters",
-            }),
-            Dialect::Postgres => Ok(format!("\"{ident}\"")),
-            Dialect::MySql | Dialect::Sqlite => Ok(format!("`{ident}`")),
-        }
-    }
-
-    /// Refuses characters this database's identifiers cannot hold (before the checks of every
-    /// database, which refuse emoji with a reason of their own).
-    fn refuse_characters(self, name: &str) -> Result<()> {
-        if self == Dialect::MySql && name.chars().any(|c| c > '\u{FFFF}') {
-            return Err(Error::Identifier {
-                name: name.to_owned(),
-                reason: "MySQL/MariaDB identifiers hold characters of the Basic Multilingual \
-                         Plane only (U+0001 to U+FFFF): no emoji, no letters beyond it",
-            });
-        }
-        Ok(())
-    }
-
-    /// Validates and quotes a possibly schema-qualified table name.
-    pub(crate) fn quote_table(self, name: &str) -> Result<String> {
-        self.refuse_characters(name)?;
-        match table_parts(name)? {
-            (None, table) => self.quote(table),
-            (Some(schema), table) => Ok(format!("{}.{}", self.quote(schema)?, self.quote(table)?)),
-        }
-    }
-
     /// Whether two column names are one column: PostgreSQL's quoted names are case-sensitive,
     /// MySQL's and SQLite's columns are not.
     pub(crate) fn same_column(self, a: &str, b: &str) -> bool {
@@ -371,172 +333,8 @@ pub enum ValueKind {
     Time,
 }
 
-/// Longest identifier accepted on any database (PostgreSQL's own limit is checked when rendering).
-const MAX_IDENT_BYTES: usize = 255;
-
-/// Checks that `name` can be an SQL identifier once quoted: letters, digits, `_`, `$`, `-` and
-/// inner spaces. Quotes, backslashes, semicolons, control characters and the like are refused
-/// outright rather than escaped, so a hostile name never reaches a statement.
-pub(crate) fn validate_ident(name: &str) -> Result<()> {
-    let refuse = |reason| {
-        Err(Error::Identifier {
-            name: name.to_owned(),
-            reason,
-        })
-    };
-    if name.is_empty() {
-        return refuse("an identifier cannot be empty");
-    }
-    if name.len() > MAX_IDENT_BYTES {
-        return refuse("an identifier is at most 255 bytes long");
-    }
-    if name.starts_with(' ') || name.ends_with(' ') {
-        return refuse("an identifier cannot start or end with a space");
-    }
-    let allowed = |c: char| c.is_alphanumeric() || matches!(c, '_' | '$' | '-' | ' ');
-    if !name.chars().all(allowed) {
-        return refuse(
-            "only letters, digits, `_`, `$`, `-` and inner spaces are allowed \
-             (no quotes, dots, semicolons or control characters)",
-        );
-    }
-    if name.contains("--") {
-        return refuse("an identifier cannot contain a comment marker `--`");
-    }
-    Ok(())
-}
-
-/// `part` without one pair of double quotes or backticks around it.
-fn unquoted(part: &str) -> &str {
-    for quote in ['"', '`'] {
-        if let Some(inner) = part.strip_prefix(quote).and_then(|p| p.strip_suffix(quote)) {
-            return inner;
-        }
-    }
-    part
-}
-
-/// Splits a possibly schema-qualified table name into its validated parts. Each part may be
-/// written quoted (`"public"."jobs"`, or with backticks): every name is quoted when a statement is
-/// rendered, so `"jobs"` and `jobs` name the same table.
-pub(crate) fn table_parts(name: &str) -> Result<(Option<&str>, &str)> {
-    match name.split_once('.') {
-        None => {
-            let table = unquoted(name);
-            validate_ident(table)?;
-            Ok((None, table))
-        }
-        Some((schema, table)) => {
-            if table.contains('.') {
-                return Err(Error::Identifier {
-                    name: name.to_owned(),
-                    reason: "a table name has at most two parts: `schema.table`",
-                });
-            }
-            let (schema, table) = (unquoted(schema), unquoted(table));
-            validate_ident(schema)?;
-            validate_ident(table)?;
-            Ok((Some(schema), table))
-        }
-    }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn plain_names_pass() {
-        for name in [
-            "jobs",
-            "signup_jobs",
-            "Jobs2",
-            "jöbs",
-            "my jobs",
-            "a$b",
-            "a-b",
-        ] {
-            validate_ident(name).unwrap();
-        }
-    }
-
-    #[test]
-    fn hostile_names_are_refused() {
-        for name in [
-            "",
-            "jobs\"; DROP TABLE canary; --",
-            "jobs`; DROP TABLE canary; --",
-            "jobs; DROP TABLE canary",
-            "jobs -- comment",
-            "jobs/*x*/",
-            "a'b",
-            "a\\b",
-            "a\0b",
-            "a\nb",
-            " jobs",
-            "jobs ",
-            &"x".repeat(256),
-        ] {
-            let err = validate_ident(name).unwrap_err();
-            assert!(matches!(err, Error::Identifier { .. }), "{name:?} passed");
-        }
-    }
-
-    #[test]
-    fn quoting_per_dialect() {
-        assert_eq!(Dialect::Postgres.quote("jobs").unwrap(), "\"jobs\"");
-        assert_eq!(Dialect::MySql.quote("jobs").unwrap(), "`jobs`");
-        assert_eq!(Dialect::Sqlite.quote("jobs").unwrap(), "`jobs`");
-        assert_eq!(
-            Dialect::Postgres.quote_table("app.jobs").unwrap(),
-            "\"app\".\"jobs\""
-        );
-        assert_eq!(
-            Dialect::MySql.quote_table("app.jobs").unwrap(),
-            "`app`.`jobs`"
-        );
-    }
-
-    #[test]
-    fn postgres_refuses_names_it_would_truncate() {
-        let long = "j".repeat(64);
-        assert!(matches!(
-            Dialect::Postgres.quote(&long),
-            Err(Error::Identifier { .. })
-        ));
-        Dialect::Postgres.quote(&"j".repeat(63)).unwrap();
-        assert!(Dialect::MySql.quote(&"j".repeat(65)).is_err());
-        Dialect::Sqlite.quote(&long).unwrap();
-    }
-
-    #[test]
-    fn mysql_refuses_characters_beyond_the_basic_multilingual_plane() {
-        for name in ["jobs_\u{20000}", "jobs_\u{1D4B3}", "jobs_\u{1F980}"] {
-            let Err(Error::Identifier { reason, .. }) = Dialect::MySql.quote(name) else {
-                panic!("{name} quoted");
-            };
-            assert!(reason.contains("Basic Multilingual Plane"), "{reason}");
-        }
-        Dialect::MySql.quote("jobs_\u{4E2D}\u{E9}").unwrap();
-        Dialect::Postgres.quote("jobs_\u{20000}").unwrap();
-        Dialect::Sqlite.quote("jobs_\u{20000}").unwrap();
-    }
-
-    #[test]
-    fn qualified_names_split() {
-        assert_eq!(table_parts("jobs").unwrap(), (None, "jobs"));
-        assert_eq!(table_parts("app.jobs").unwrap(), (Some("app"), "jobs"));
-        assert_eq!(
-            table_parts("\"app\".\"jobs\"").unwrap(),
-            (Some("app"), "jobs")
-        );
-        assert_eq!(table_parts("`jobs`").unwrap(), (None, "jobs"));
-        assert!(table_parts("\"jo\"bs\"").is_err());
-        assert!(table_parts("a.b.c").is_err());
-        assert!(table_parts(".jobs").is_err());
-        assert!(table_parts("app.").is_err());
-    }
-}
+mod tests;
 
 /// The type of a table's payload column: what the statements convert to and from bytes.
 ///

@@ -5,8 +5,8 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sqlx::{MySql, SqlStr};
 
-use super::private::Driver;
-use super::{Backend, Q};
+use super::driver::Driver;
+use super::{Backend, InsertFailed, Q};
 use crate::table::{Dialect, Value, ValueKind};
 
 impl Backend for MySql {}
@@ -43,22 +43,25 @@ impl Driver for MySql {
         too_large.then_some("max_allowed_packet")
     }
 
-    async fn insert_id_on(conn: &mut Self::Connection, query: Q<Self>) -> Result<i64, sqlx::Error> {
+    async fn insert_id_on(
+        conn: &mut Self::Connection,
+        query: Q<Self>,
+    ) -> Result<i64, InsertFailed> {
         let id = query.execute(&mut *conn).await?.last_insert_id();
-        i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+        i64::try_from(id).map_err(|_| InsertFailed::IdOutOfRange(id))
     }
 
     fn insert_id<'e, 'c: 'e, E>(
         executor: E,
         query: Q<Self>,
         _returning: bool,
-    ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+    ) -> BoxFuture<'e, Result<i64, InsertFailed>>
     where
         E: 'e + sqlx::Executor<'c, Database = Self>,
     {
         Box::pin(async move {
             let id = query.execute(executor).await?.last_insert_id();
-            i64::try_from(id).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+            i64::try_from(id).map_err(|_| InsertFailed::IdOutOfRange(id))
         })
     }
 

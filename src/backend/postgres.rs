@@ -4,8 +4,8 @@ use chrono::{DateTime, Utc};
 use futures::future::BoxFuture;
 use sqlx::{Pool, Postgres, SqlStr};
 
-use super::private::Driver;
-use super::{Backend, Listener, Notification, Q};
+use super::driver::Driver;
+use super::{Backend, InsertFailed, Listener, Notification, Q};
 use crate::table::{Dialect, Value, ValueKind};
 
 impl Backend for Postgres {}
@@ -76,20 +76,23 @@ impl Driver for Postgres {
         Ok(())
     }
 
-    async fn insert_id_on(conn: &mut Self::Connection, query: Q<Self>) -> Result<i64, sqlx::Error> {
-        Self::execute(conn, query).await.map(|_| 0)
+    async fn insert_id_on(
+        conn: &mut Self::Connection,
+        query: Q<Self>,
+    ) -> Result<i64, InsertFailed> {
+        Ok(Self::execute(conn, query).await.map(|_| 0)?)
     }
 
     fn insert_id<'e, 'c: 'e, E>(
         executor: E,
         query: Q<Self>,
         _returning: bool,
-    ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+    ) -> BoxFuture<'e, Result<i64, InsertFailed>>
     where
         E: 'e + sqlx::Executor<'c, Database = Self>,
     {
         use sqlx::Row as _;
-        Box::pin(async move { query.fetch_one(executor).await?.try_get(0) })
+        Box::pin(async move { Ok(query.fetch_one(executor).await?.try_get(0)?) })
     }
 
     fn listen(

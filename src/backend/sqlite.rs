@@ -7,8 +7,8 @@ use futures::future::BoxFuture;
 use sqlx::{SqlStr, Sqlite};
 use sqlx_core::transaction::TransactionManager;
 
-use super::private::Driver;
-use super::{Backend, Q};
+use super::driver::Driver;
+use super::{Backend, InsertFailed, Q};
 use crate::table::{Dialect, Value, ValueKind};
 
 impl Backend for Sqlite {}
@@ -41,22 +41,25 @@ impl Driver for Sqlite {
         }
     }
 
-    async fn insert_id_on(conn: &mut Self::Connection, query: Q<Self>) -> Result<i64, sqlx::Error> {
-        Self::execute(conn, query).await.map(|_| 0)
+    async fn insert_id_on(
+        conn: &mut Self::Connection,
+        query: Q<Self>,
+    ) -> Result<i64, InsertFailed> {
+        Ok(Self::execute(conn, query).await.map(|_| 0)?)
     }
 
     fn insert_id<'e, 'c: 'e, E>(
         executor: E,
         query: Q<Self>,
         returning: bool,
-    ) -> BoxFuture<'e, Result<i64, sqlx::Error>>
+    ) -> BoxFuture<'e, Result<i64, InsertFailed>>
     where
         E: 'e + sqlx::Executor<'c, Database = Self>,
     {
         use sqlx::Row as _;
         Box::pin(async move {
             if returning {
-                query.fetch_one(executor).await?.try_get(0)
+                Ok(query.fetch_one(executor).await?.try_get(0)?)
             } else {
                 Ok(query.execute(executor).await?.last_insert_rowid())
             }

@@ -3,6 +3,7 @@
 //! 64-bit integer, a list of ids. The families are apart: the lease form's (`lease`), the held
 //! forms' (`held`), the insert's (`enqueue`), the dead letter's (`dead`).
 
+use super::names::Fifo;
 use super::{Dialect, Names, Slot, SqlWriter, Stmt};
 
 /// How many held-back rows a claim passes over at most (`Slot::Excluded`).
@@ -45,9 +46,9 @@ pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
             .param(Slot::Now)
             .push(")");
     }
-    if n.fifo {
+    if let Some(columns) = &n.fifo {
         and(w);
-        fifo(w, n);
+        fifo(w, n, columns);
     }
     if n.excluding {
         and(w);
@@ -81,9 +82,8 @@ pub(crate) fn next(n: &Names) -> Stmt {
 /// FIFO within a group: a row is claimable only when no other row of its group is in work
 /// (under a live lease) and no earlier row of its group is due. A delayed row does not hold
 /// back later rows that are due.
-fn fifo(w: &mut SqlWriter, n: &Names) {
-    let group = n.group.as_deref().expect("FIFO needs a group column");
-    let lease = n.lease.as_deref().expect("FIFO needs the lease form");
+fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
+    let (group, lease) = (columns.group.as_str(), columns.lease.as_str());
     let outer = |w: &mut SqlWriter, column: &str| {
         w.push(&n.table).push(".").push(column);
     };

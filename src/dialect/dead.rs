@@ -6,8 +6,9 @@ use super::{Dialect, Names, Slot, SqlWriter, Stmt};
 /// Where dead rows go, with quoted names.
 #[derive(Debug, Clone)]
 pub(crate) enum DeadTarget {
-    /// A group of the queue's own table: binds [`Slot::DeadGroup`].
-    Group,
+    /// A group of the queue's own table, in its group column `column`: binds
+    /// [`Slot::DeadGroup`].
+    Group { column: String },
     /// Another table with the queue table's columns (`columns`, quoted, in the table's order).
     Table { table: String, columns: Vec<String> },
 }
@@ -64,11 +65,7 @@ fn column_list(w: &mut SqlWriter, columns: &[String]) {
 /// Moves row `id` to `target`; `guarded` adds the lease token to every `WHERE`.
 pub(crate) fn dead_letter(n: &Names, target: &DeadTarget, guarded: bool) -> DeadSql {
     match target {
-        DeadTarget::Group => {
-            let group = n
-                .group
-                .as_deref()
-                .expect("a group dead letter needs a group column");
+        DeadTarget::Group { column: group } => {
             let mut w = n.writer();
             w.push("UPDATE ")
                 .push(&n.table)
@@ -164,15 +161,9 @@ pub(crate) fn inspect(n: &Names, target: Option<&DeadTarget>) -> InspectSql {
         })
     });
     let dead = target.map(|target| match target {
-        DeadTarget::Group => {
-            let group = n
-                .group
-                .as_deref()
-                .expect("a group dead letter needs a group column");
-            count(n, &n.table, |w| {
-                w.push(group).push(" = ").param(Slot::DeadGroup);
-            })
-        }
+        DeadTarget::Group { column: group } => count(n, &n.table, |w| {
+            w.push(group).push(" = ").param(Slot::DeadGroup);
+        }),
         DeadTarget::Table { table, .. } => count(n, table, |w| match (&n.group, n.one_group) {
             (Some(group), true) => {
                 w.push(group).push(" = ").param(Slot::Group);
@@ -205,11 +196,7 @@ fn reset(n: &Names, column: &str) -> Option<&'static str> {
 /// Moves every dead row of the queue back to it from `target`, attempt reset.
 pub(crate) fn requeue(n: &Names, target: &DeadTarget) -> DeadSql {
     match target {
-        DeadTarget::Group => {
-            let group = n
-                .group
-                .as_deref()
-                .expect("a group dead letter needs a group column");
+        DeadTarget::Group { column: group } => {
             let mut w = n.writer();
             w.push("UPDATE ")
                 .push(&n.table)
@@ -218,8 +205,9 @@ pub(crate) fn requeue(n: &Names, target: &DeadTarget) -> DeadSql {
                 .push(" = ")
                 .param(Slot::Group);
             for column in [&n.attempt, &n.retry_after, &n.lease].into_iter().flatten() {
-                let value = reset(n, column).expect("a reset column");
-                w.push(", ").push(column).push(" = ").push(value);
+                if let Some(value) = reset(n, column) {
+                    w.push(", ").push(column).push(" = ").push(value);
+                }
             }
             w.push(" WHERE ")
                 .push(group)
@@ -297,6 +285,12 @@ mod tests {
         Names::for_test(dialect, table, Some("mail"), "lease", true)
     }
 
+    fn dead_group(n: &Names) -> DeadTarget {
+        DeadTarget::Group {
+            column: n.group.clone().unwrap(),
+        }
+    }
+
     fn dead_table(dialect: Dialect) -> DeadTarget {
         let q = |c: &str| dialect.quote(c).unwrap();
         DeadTarget::Table {
@@ -308,7 +302,7 @@ mod tests {
     #[test]
     fn a_group_dead_letter_is_one_guarded_update() {
         let n = names(Dialect::Postgres, Table::new("jobs").group("queue"));
-        let DeadSql::One(stmt) = dead_letter(&n, &DeadTarget::Group, true) else {
+        let DeadSql::One(stmt) = dead_letter(&n, &dead_group(&n), true) else {
             panic!("one statement");
         };
         assert_eq!(
@@ -348,7 +342,7 @@ mod tests {
     #[test]
     fn requeue_resets_the_attempt_in_one_statement() {
         let n = names(Dialect::Sqlite, Table::new("jobs").group("queue"));
-        let DeadSql::One(stmt) = requeue(&n, &DeadTarget::Group) else {
+        let DeadSql::One(stmt) = requeue(&n, &dead_group(&n)) else {
             panic!("one statement");
         };
         assert_eq!(

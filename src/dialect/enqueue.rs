@@ -155,7 +155,9 @@ mod tests {
         );
         let table = Table::new("jobs").payload_type(PayloadType::Json);
         let n = Names::for_test(Dialect::Sqlite, table, None, "lease", false);
-        let Claim::Returning(claim) = super::super::sqlite::lease_claim(&n) else {
+        let Claim::Returning(claim) =
+            super::super::sqlite::lease_claim(&n, n.lease.as_deref().unwrap())
+        else {
             panic!("SQLite claims in one statement");
         };
         assert!(

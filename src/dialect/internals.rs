@@ -57,15 +57,16 @@ pub fn lease_claim(
         Database::MySql => Dialect::MySql,
         Database::Sqlite => Dialect::Sqlite,
     };
+    let column = "locked_until";
     let form = FormKind::Lease {
-        column: "locked_until".to_owned(),
+        column: column.to_owned(),
         duration: DEFAULT_LEASE,
     };
     let mut config = QueueConfig::new(table.clone(), form);
     config.name = named.map(str::to_owned);
     config.attempt = attempt.map(str::to_owned);
     let names = Names::of_queue(dialect, &config)?;
-    let stmt = match super::lease(&names, 8).claim {
+    let stmt = match super::lease(&names, &dialect.quote(column)?, 8).claim {
         Claim::Returning(stmt) => stmt,
         Claim::SelectThenUpdate { select, .. } => select,
     };

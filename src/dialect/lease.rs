@@ -76,12 +76,9 @@ impl LeaseSql {
     }
 }
 
-/// `SET lease = ?, attempt = attempt + 1` (saturating) of a lease claim.
-pub(super) fn lease_set(w: &mut SqlWriter, n: &Names) {
-    let lease = n
-        .lease
-        .as_deref()
-        .expect("lease statements need a lease column");
+/// `SET lease = ?, attempt = attempt + 1` (saturating) of a lease claim on the (quoted) column
+/// `lease`.
+pub(super) fn lease_set(w: &mut SqlWriter, n: &Names, lease: &str) {
     w.push(" SET ")
         .push(lease)
         .push(" = ")
@@ -154,11 +151,14 @@ fn finish_many(n: &Names, lease: &str) -> FinishMany {
     }
 }
 
-pub(super) fn lease(n: &Names, claim: Claim, claim_excluding: Claim, next: Stmt) -> LeaseSql {
-    let lease = n
-        .lease
-        .as_deref()
-        .expect("lease statements need a lease column");
+/// The lease form's statements on the (quoted) lease column `lease`, around its claims.
+pub(super) fn lease(
+    n: &Names,
+    lease: &str,
+    claim: Claim,
+    claim_excluding: Claim,
+    next: Stmt,
+) -> LeaseSql {
     let update = |w: &mut SqlWriter| {
         w.push("UPDATE ").push(&n.table).push(" SET ");
     };
@@ -246,7 +246,7 @@ mod tests {
     #[test]
     fn lease_settlements_carry_the_token() {
         let n = names(Dialect::Postgres, Table::new("jobs"));
-        let sql = render_lease(&n, 8);
+        let sql = render_lease(&n, n.lease.as_deref().unwrap(), 8);
         assert_eq!(
             sql.finish.text(),
             r#"DELETE FROM "jobs" WHERE "id" = $1 AND "locked_until" = $2"#
@@ -265,7 +265,9 @@ mod tests {
     #[test]
     fn many_acknowledgements_are_one_statement_each_row_guarded() {
         let n = names(Dialect::Postgres, Table::new("jobs"));
-        let FinishMany::Returning(statements) = render_lease(&n, 8).finish_many else {
+        let FinishMany::Returning(statements) =
+            render_lease(&n, n.lease.as_deref().unwrap(), 8).finish_many
+        else {
             panic!("PostgreSQL returns the settled ids");
         };
         assert_eq!(statements.iter().count(), 7, "1, 2, 4, .. 64 rows");
@@ -274,7 +276,9 @@ mod tests {
             r#"DELETE FROM "jobs" WHERE ("id", "locked_until") IN (($1, $2), ($3, $4)) RETURNING CAST("id" AS BIGINT)"#
         );
         let n = names(Dialect::MySql, Table::new("jobs").processed_at("done_at"));
-        let FinishMany::LockThenFinish { held, finish } = render_lease(&n, 8).finish_many else {
+        let FinishMany::LockThenFinish { held, finish } =
+            render_lease(&n, n.lease.as_deref().unwrap(), 8).finish_many
+        else {
             panic!("MySQL locks the rows still held first");
         };
         assert_eq!(
@@ -294,7 +298,7 @@ mod tests {
             .processed_at("done_at")
             .retry_after("not_before");
         let n = names(Dialect::Sqlite, table);
-        let sql = render_lease(&n, 8);
+        let sql = render_lease(&n, n.lease.as_deref().unwrap(), 8);
         assert_eq!(
             sql.finish.text(),
             "UPDATE `jobs` SET `done_at` = ?, `locked_until` = NULL \

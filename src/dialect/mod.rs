@@ -92,16 +92,17 @@ pub(crate) fn begin_delivery(
     }
 }
 
-/// Renders the lease form's statements for `names`.
-pub(crate) fn lease(names: &Names, max_claim: usize) -> LeaseSql {
+/// Renders the lease form's statements for `names`, on the (quoted) lease column `lease`.
+pub(crate) fn lease(names: &Names, lease: &str, max_claim: usize) -> LeaseSql {
     let claim = |names: &Names| match names.dialect {
-        Dialect::Postgres => postgres::lease_claim(names),
-        Dialect::MySql => mysql::lease_claim(names, max_claim),
-        Dialect::Sqlite => sqlite::lease_claim(names),
+        Dialect::Postgres => postgres::lease_claim(names, lease),
+        Dialect::MySql => mysql::lease_claim(names, lease, max_claim),
+        Dialect::Sqlite => sqlite::lease_claim(names, lease),
     };
     let excluding = names.excluding();
     lease::lease(
         names,
+        lease,
         claim(names),
         claim(&excluding),
         common::next(&excluding),

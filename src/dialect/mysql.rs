@@ -28,7 +28,7 @@ pub(crate) const BEGIN_READ_COMMITTED: &str =
 /// No `UPDATE .. RETURNING`: a locking `SELECT` of the claimable rows, then an `UPDATE` of their
 /// ids, in one READ COMMITTED transaction. The updates are rendered for 1, 2, 4, .. ids up to
 /// `max_claim`; a shorter list is padded by repeating an id.
-pub(super) fn lease_claim(n: &Names, max_claim: usize) -> Claim {
+pub(super) fn lease_claim(n: &Names, lease: &str, max_claim: usize) -> Claim {
     let mut w = n.writer();
     w.push("SELECT CAST(").push(&n.id).push(" AS SIGNED), ");
     n.read_payload(&mut w, "");
@@ -43,14 +43,14 @@ pub(super) fn lease_claim(n: &Names, max_claim: usize) -> Claim {
         .push(" FOR UPDATE SKIP LOCKED");
     let select = w.finish();
 
-    let updates = BySize::new(max_claim, |count| update_ids(n, count));
+    let updates = BySize::new(max_claim, |count| update_ids(n, lease, count));
     Claim::SelectThenUpdate { select, updates }
 }
 
-fn update_ids(n: &Names, count: u16) -> Stmt {
+fn update_ids(n: &Names, lease: &str, count: u16) -> Stmt {
     let mut w = n.writer();
     w.push("UPDATE ").push(&n.table);
-    lease_set(&mut w, n);
+    lease_set(&mut w, n, lease);
     w.push(" WHERE ").push(&n.id).push(" IN (");
     for i in 0..count {
         if i > 0 {
@@ -211,7 +211,9 @@ mod tests {
         let table = Table::new("jobs").processed_at("done_at");
         let mut n = Names::for_test(Dialect::MySql, table, None, "lease", true);
         n.attempt_max = 127; // a tinyint column
-        let Claim::SelectThenUpdate { select, updates } = super::lease_claim(&n, 5) else {
+        let Claim::SelectThenUpdate { select, updates } =
+            super::lease_claim(&n, n.lease.as_deref().unwrap(), 5)
+        else {
             panic!("MySQL claims in two statements");
         };
         assert_eq!(

@@ -2,7 +2,7 @@
 
 use super::{Slot, SqlWriter};
 use crate::config::{FormKind, QueueConfig};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::table::{Dialect, PayloadType, Pooler, Table};
 
 /// The quoted names a queue's statements use.
@@ -29,7 +29,7 @@ pub(crate) struct Names {
     /// The creation time column ([`Table::created_at`]).
     pub(crate) created_at: Option<String>,
     /// One row in work per group at a time, in order (the lease form).
-    pub(crate) fifo: bool,
+    pub(crate) fifo: Option<Fifo>,
     /// Whether claims take only the rows of one group value (a named queue), or of every group
     /// (an unnamed FIFO queue).
     pub(crate) one_group: bool,
@@ -44,6 +44,13 @@ pub(crate) struct Names {
     /// Whether statements run unprepared, each in a transaction (a PostgreSQL table behind a
     /// transaction pooler: [`Pooler::Transaction`]).
     pub(crate) unprepared: bool,
+}
+
+/// The quoted columns of a FIFO queue's claims: its table's group column and its lease column.
+#[derive(Debug, Clone)]
+pub(crate) struct Fifo {
+    pub(crate) group: String,
+    pub(crate) lease: String,
 }
 
 impl Names {
@@ -66,7 +73,7 @@ impl Names {
             unique_key: opt(&table.unique_key)?,
             table_lease: opt(&table.lease)?,
             created_at: opt(&table.created_at)?,
-            fifo: false,
+            fifo: None,
             one_group: table.group.is_some(),
             notify: table.notify,
             excluding: false,
@@ -82,7 +89,20 @@ impl Names {
             names.lease = Some(dialect.quote(column)?);
         }
 
-        names.fifo = config.fifo;
+        names.fifo = match (config.fifo, &names.group, &names.lease) {
+            (false, _, _) => None,
+            (true, Some(group), Some(lease)) => Some(Fifo {
+                group: group.clone(),
+                lease: lease.clone(),
+            }),
+            // Refused when the queue was mounted (`QueueConfig::check`).
+            (true, _, _) => {
+                return Err(Error::declaration(
+                    config.label(),
+                    "FIFO needs the table's group column and the lease form",
+                ));
+            }
+        };
         names.session = dialect == Dialect::MySql
             && config.transactional
             && !matches!(config.form, FormKind::Lease { .. });

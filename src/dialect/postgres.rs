@@ -64,7 +64,7 @@ pub(super) fn channel(w: &mut SqlWriter, table: Slot) {
 
 /// One statement: the claimable ids, locked and skipped when locked elsewhere, then the update.
 /// The locking CTE is never inlined, so `LIMIT` holds however the planner joins.
-pub(super) fn lease_claim(n: &Names) -> Claim {
+pub(super) fn lease_claim(n: &Names, lease: &str) -> Claim {
     let mut w = n.writer();
     w.push("WITH claimable AS (SELECT ")
         .push(&n.id)
@@ -78,7 +78,7 @@ pub(super) fn lease_claim(n: &Names) -> Claim {
         .push(" FOR UPDATE SKIP LOCKED) UPDATE ")
         .push(&n.table)
         .push(" AS q");
-    lease_set(&mut w, n);
+    lease_set(&mut w, n, lease);
     w.push(" FROM claimable WHERE q.")
         .push(&n.id)
         .push(" = claimable.")
@@ -174,7 +174,7 @@ mod tests {
         let table = Table::new("jobs").group("queue").retry_after("not_before");
         let mut n = Names::for_test(Dialect::Postgres, table, Some("mail"), "lease", true);
         n.attempt_max = 32_767; // a smallint column
-        let Claim::Returning(stmt) = super::lease_claim(&n) else {
+        let Claim::Returning(stmt) = super::lease_claim(&n, n.lease.as_deref().unwrap()) else {
             panic!("PostgreSQL claims in one statement");
         };
         assert_eq!(

@@ -50,10 +50,10 @@ pub(super) const IDENTITY: &str = "SELECT t.schema, t.name, d.file, '' FROM prag
 
 /// SQLite has one writer: the claim is one `UPDATE .. WHERE id IN (SELECT .. LIMIT n)
 /// RETURNING ..`, atomic without row locks.
-pub(super) fn lease_claim(n: &Names) -> Claim {
+pub(super) fn lease_claim(n: &Names, lease: &str) -> Claim {
     let mut w = n.writer();
     w.push("UPDATE ").push(&n.table);
-    lease_set(&mut w, n);
+    lease_set(&mut w, n, lease);
     w.push(" WHERE ")
         .push(&n.id)
         .push(" IN (SELECT ")
@@ -112,7 +112,7 @@ mod tests {
     fn lease_claim_is_one_update_returning() {
         let table = Table::new("jobs").retry_after("not_before");
         let n = Names::for_test(Dialect::Sqlite, table, None, "lease", false);
-        let Claim::Returning(stmt) = super::lease_claim(&n) else {
+        let Claim::Returning(stmt) = super::lease_claim(&n, n.lease.as_deref().unwrap()) else {
             panic!("SQLite claims in one statement");
         };
         assert_eq!(
@@ -131,7 +131,7 @@ mod tests {
     #[test]
     fn the_claim_counts_the_attempt_up_to_the_largest_integer() {
         let n = Names::for_test(Dialect::Sqlite, Table::new("jobs"), None, "lease", true);
-        let Claim::Returning(stmt) = super::lease_claim(&n) else {
+        let Claim::Returning(stmt) = super::lease_claim(&n, n.lease.as_deref().unwrap()) else {
             panic!("SQLite claims in one statement");
         };
         // SQLite's `attempt + 1` at the largest integer would turn the column into a REAL.

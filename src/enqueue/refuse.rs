@@ -3,7 +3,7 @@
 //! which read best without their error paths.
 
 use super::Job;
-use crate::backend::Backend;
+use crate::backend::{Backend, InsertFailed};
 use crate::dialect;
 use crate::error::{Error, Result, SchemaError};
 use crate::table::{Dialect, PayloadType, Table, table_parts};
@@ -24,6 +24,23 @@ impl Table {
             });
         }
         Ok(())
+    }
+
+    /// An insert's failure: the driver's error as [`explain`](Table::explain) says it, or an id
+    /// the crate cannot return.
+    pub(super) fn insert_failed<DB: Backend>(
+        &self,
+        failed: InsertFailed,
+        statement: &str,
+        bytes: usize,
+    ) -> Error {
+        match failed {
+            InsertFailed::Driver(error) => self.explain::<DB>(error, statement, bytes),
+            InsertFailed::IdOutOfRange(id) => Error::IdOutOfRange {
+                table: self.name.clone(),
+                id,
+            },
+        }
     }
 
     /// The insert's error, or a clearer one where the driver's words would not say what is
@@ -111,7 +128,7 @@ impl Table {
 
 #[cfg(all(test, feature = "mysql"))]
 mod tests {
-    use crate::backend::private::Driver as _;
+    use crate::backend::driver::Driver as _;
     use crate::error::Error;
     use crate::table::Table;
 

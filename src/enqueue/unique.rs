@@ -7,28 +7,24 @@
 //! read, and each job's policy is applied to its key's row — an update that changes nothing of a
 //! job in work. A key freed meanwhile (its row finished between the insert and the read) goes
 //! round again. The index decides every race; no statement is a check that an insert trusts.
+//!
+//! The rounds are here; the statements each round runs, with their error paths, are apart
+//! (`statements`).
 
-use std::collections::HashMap;
+mod statements;
 
-use chrono::{DateTime, TimeDelta, Utc};
 use futures::future::BoxFuture;
-use sqlx::{Acquire, AssertSqlSafe, SqlSafeStr as _};
+use sqlx::Acquire;
 
 use super::unique_job::{Enqueued, OnDuplicate, UniqueJob};
 use super::wake;
-use crate::backend::{self, Backend, Clock};
-use crate::dialect::{self, Args, Change, Names, unique_sql};
-use crate::error::{Error, Result, SchemaError};
-use crate::table::{Dialect, Table, Value};
+use crate::backend::{Backend, Clock};
+use crate::dialect::Names;
+use crate::error::{Error, Result};
+use crate::table::Table;
 
 /// How often a key is looked for again when it was freed between the insert and the read.
 const ROUNDS: usize = 8;
-
-/// A key's unfinished row: its id and creation time.
-struct Holder {
-    id: i64,
-    created: Option<DateTime<Utc>>,
-}
 
 impl Table {
     /// Inserts a unique job unless an unfinished job of the table holds its key, and says what
@@ -192,182 +188,6 @@ impl Table {
         Ok(out)
     }
 
-    /// Inserts the jobs `open` whose keys are free, returning their ids by key.
-    async fn insert_free<DB: Backend>(
-        &self,
-        conn: &mut DB::Connection,
-        names: &Names,
-        key_column: &str,
-        jobs: &[UniqueJob<'_>],
-        open: &[usize],
-        clock: &Clock,
-    ) -> Result<HashMap<String, i64>> {
-        let mut open = open.to_vec();
-        if DB::DIALECT == Dialect::MySql && open.len() > 1 {
-            // One taken key fails MySQL's whole insert: insert the keys found free.
-            let keys: Vec<&str> = open.iter().map(|&i| jobs[i].key()).collect();
-            let held = self.holders::<DB>(conn, names, key_column, &keys).await?;
-            open.retain(|&i| !held.contains_key(jobs[i].key()));
-            if open.is_empty() {
-                return Ok(HashMap::new());
-            }
-        }
-        let mut values = Vec::with_capacity(open.len() * (self.values_per_job() + 1) + 2);
-        for &i in &open {
-            let job = &jobs[i];
-            values.push(Value::Bytes(&job.job.payload));
-            if names.group.is_some() {
-                values.push(Value::Text(job.job.group.as_deref()));
-            }
-            if names.retry_after.is_some() {
-                values.push(Value::Time(first_due(job, clock)));
-            }
-            if names.priority.is_some() {
-                values.push(Value::I64(job.job.priority));
-            }
-            values.push(Value::Text(Some(job.key())));
-        }
-        if names.notify && DB::DIALECT == Dialect::Postgres {
-            values.push(Value::Text(Some(&names.table)));
-            values.push(Value::Text(Some("")));
-        }
-        let text = unique_sql::insert(names, key_column, open.len());
-        let bytes = text.len() + values.iter().map(Value::size).sum::<usize>();
-        self.refuse_too_large::<DB>(bytes)?;
-        let query = || {
-            let sql = AssertSqlSafe(text.clone()).into_sql_str();
-            backend::query::<DB>(sql, values.iter().cloned()).persistent(!names.unprepared)
-        };
-        let q = query();
-        if DB::DIALECT != Dialect::MySql {
-            let again = (DB::DIALECT == Dialect::Sqlite).then(query);
-            let rows = match (DB::fetch_all(conn, q).await, again) {
-                // A SQLite connection prepares with the schema it last read: one that has not
-                // read it since the unique index was created finds no index for the conflict
-                // target. A read of the schema renews it.
-                (Err(error), Some(again)) if no_unique_index(&error) => {
-                    let renew = sqlx::SqlStr::from_static("SELECT 1 FROM sqlite_master LIMIT 1");
-                    DB::fetch_all(conn, backend::query::<DB>(renew, [])).await?;
-                    DB::fetch_all(conn, again).await
-                }
-                (rows, _) => rows,
-            }
-            .map_err(|error| self.explain_unique::<DB>(error, &text, bytes))?;
-            return rows
-                .iter()
-                .map(|row| Ok((DB::get_text(row, 1)?, DB::get_i64(row, 0)?)))
-                .collect::<Result<_, sqlx::Error>>()
-                .map_err(Error::Database);
-        }
-        let inserted = if open.len() == 1 {
-            DB::insert_id_on(conn, q).await
-        } else {
-            DB::execute(conn, q).await.map(|_| 0)
-        };
-        match inserted {
-            Ok(id) if open.len() == 1 => Ok(HashMap::from([(jobs[open[0]].key().to_owned(), id)])),
-            Ok(_) => {
-                let keys: Vec<&str> = open.iter().map(|&i| jobs[i].key()).collect();
-                let held = self.holders::<DB>(conn, names, key_column, &keys).await?;
-                Ok(held.into_iter().map(|(k, h)| (k, h.id)).collect())
-            }
-            // Taken meanwhile: nothing was inserted; the keys are read next.
-            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Ok(HashMap::new()),
-            Err(error) => Err(self.explain_unique::<DB>(error, &text, bytes)),
-        }
-    }
-
-    /// The unfinished rows that hold `keys`, by key.
-    async fn holders<DB: Backend>(
-        &self,
-        conn: &mut DB::Connection,
-        names: &Names,
-        key_column: &str,
-        keys: &[&str],
-    ) -> Result<HashMap<String, Holder>> {
-        let text = unique_sql::holders(names, key_column, keys.len());
-        let sql = AssertSqlSafe(text).into_sql_str();
-        let values = keys.iter().map(|k| Value::Text(Some(*k)));
-        let q = backend::query::<DB>(sql, values).persistent(!names.unprepared);
-        let rows = DB::fetch_all(conn, q).await?;
-        let with_created = names.created_at.is_some();
-        let mut held = HashMap::with_capacity(rows.len());
-        for row in &rows {
-            let created = if with_created {
-                Some(DB::get_time(row, 2)?)
-            } else {
-                None
-            };
-            held.insert(
-                DB::get_text(row, 1)?,
-                Holder {
-                    id: DB::get_i64(row, 0)?,
-                    created,
-                },
-            );
-        }
-        Ok(held)
-    }
-
-    /// Applies `job`'s policy to the row that holds its key.
-    async fn meet<DB: Backend>(
-        &self,
-        conn: &mut DB::Connection,
-        names: &Names,
-        job: &UniqueJob<'_>,
-        holder: &Holder,
-        clock: &Clock,
-    ) -> Result<Enqueued> {
-        let (change, at, done): (_, _, fn(i64) -> Enqueued) = match job.on_duplicate {
-            OnDuplicate::Skip => return Ok(Enqueued::Duplicate(holder.id)),
-            OnDuplicate::Replace => (
-                Change::Replace,
-                job.job.delay.map(|delay| clock.after(delay)),
-                Enqueued::Replaced,
-            ),
-            OnDuplicate::Debounce { wait, max } => {
-                let latest = holder
-                    .created
-                    .and_then(|created| Some(created + TimeDelta::from_std(max).ok()?));
-                let due = clock.after(wait);
-                (
-                    Change::Debounce,
-                    Some(latest.map_or(due, |latest| due.min(latest))),
-                    Enqueued::Debounced,
-                )
-            }
-        };
-        let update = dialect::unique_sql::update(names, change);
-        let args = Args {
-            id: holder.id,
-            payload: &job.job.payload,
-            priority: job.job.priority,
-            at,
-            now: Some(clock.now()),
-            ..Args::default()
-        };
-        let lock = unique_sql::lock(names);
-        let changed = match &lock {
-            None => DB::execute(conn, run::<DB>(&update, &args)).await?,
-            Some(lock) => {
-                // MySQL/MariaDB: the row's lock first, passed over when a claim holds it.
-                let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                let locked = backend::fetch_i64::<DB>(&mut *tx, run::<DB>(lock, &args)).await?;
-                let changed = match locked {
-                    Some(_) => DB::execute(&mut *tx, run::<DB>(&update, &args)).await?,
-                    None => 0,
-                };
-                tx.commit().await?;
-                changed
-            }
-        };
-        Ok(if changed > 0 {
-            done(holder.id)
-        } else {
-            Enqueued::InWork(holder.id)
-        })
-    }
-
     /// Refuses a unique job this table cannot hold.
     fn check_unique(&self, job: &UniqueJob<'_>) -> Result<()> {
         self.check(&job.job)?;
@@ -389,51 +209,4 @@ impl Table {
         }
         Ok(())
     }
-
-    /// The insert's error, where a unique index that does not match says so.
-    fn explain_unique<DB: Backend>(
-        &self,
-        error: sqlx::Error,
-        statement: &str,
-        bytes: usize,
-    ) -> Error {
-        if !no_unique_index(&error) {
-            return self.explain::<DB>(error, statement, bytes);
-        }
-        Error::Schema(Box::new(SchemaError {
-            queue: self.name.clone(),
-            table: self.name.clone(),
-            column: self.unique_key.clone(),
-            statement: Some(statement.to_owned()),
-            reason: "the unique key column has no unique index the insert can use: create one \
-                     on the column alone (partial on unfinished rows where the table keeps \
-                     them: `WHERE processed_at IS NULL`)"
-                .to_owned(),
-            source: Some(error),
-        }))
-    }
-}
-
-/// Whether `error` says the conflict target has no unique index (PostgreSQL, SQLite).
-fn no_unique_index(error: &sqlx::Error) -> bool {
-    match error {
-        sqlx::Error::Database(e) => {
-            e.code().as_deref() == Some("42P10")
-                || e.message()
-                    .contains("does not match any PRIMARY KEY or UNIQUE constraint")
-        }
-        _ => false,
-    }
-}
-
-/// When a new unique job is due: after its delay, or a debounce's wait.
-fn first_due(job: &UniqueJob<'_>, clock: &Clock) -> Option<DateTime<Utc>> {
-    match job.on_duplicate {
-        OnDuplicate::Debounce { wait, .. } => Some(clock.after(wait)),
-        _ => job.job.delay.map(|delay| clock.after(delay)),
-    }
-}
-
-fn run<DB: Backend>(stmt: &dialect::Stmt, args: &Args<'_>) -> backend::Q<DB> {
-    backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Job;
 #[cfg(doc)]
-use crate::Table;
+use crate::table::Table;
 
 /// What an enqueue of a unique job does when an unfinished job already holds its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,7 +39,7 @@ pub(crate) use exec::{
     execute, fetch_claimed, fetch_i64, fetch_i64s, fetch_row, in_transaction, on_conn,
 };
 pub(crate) use held::Held;
-pub(crate) use schema::{Checked, Server, check, measure_server};
+pub(crate) use schema::{Checked, Server, check, custom_statements, measure_server};
 pub(crate) use settle::{Custom, Dead, no_dead_letter, no_retry_after, settlement_args};
 
 /// How long a delivery cancelled at the shutdown timeout waits for each statement that returns

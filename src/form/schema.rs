@@ -9,10 +9,10 @@ use sqlx::Pool;
 use super::catalog::{self, Column, Identity, find_column};
 use super::{Custom, Dead, dead_table};
 use crate::backend::{Backend, Clock, Engine};
-use crate::config::{FormKind, QueueConfig};
+use crate::config::{Event, FormKind, QueueConfig};
 use crate::dialect::{self, DeadTarget, Kind, Names, Stmt};
 use crate::error::{Error, Result, SchemaError};
-use crate::table::DeadLetter;
+use crate::table::{DeadLetter, Dialect};
 
 /// What the runner learns of the server at start.
 #[derive(Debug, Clone, Copy)]
@@ -103,7 +103,7 @@ pub(crate) async fn check<DB: Backend>(
     let identity = catalog::read_identity::<DB>(conn, config.label(), &config.table.name).await?;
     names.attempt_max = attempt_max::<DB>(config, &columns)?;
     let guarded = matches!(config.form, FormKind::Lease { .. });
-    let dead = match dead_target::<DB>(conn, config, &columns).await? {
+    let dead = match dead_target::<DB>(conn, config, &names, &columns).await? {
         Some((target, group)) => {
             let sql = dialect::dead_letter(&names, &target, guarded);
             prepare_all::<DB>(conn, config, &sql.statements()).await?;
@@ -111,16 +111,10 @@ pub(crate) async fn check<DB: Backend>(
         }
         None => None,
     };
-    let mut custom = Vec::with_capacity(config.custom.len());
-    for (event, sql) in &config.custom {
-        let stmt = dialect::custom(DB::DIALECT, sql).map_err(|reason| {
-            Error::declaration(
-                config.label(),
-                format!("the custom {event:?} statement: {reason}"),
-            )
-        })?;
-        custom.push((*event, stmt.unprepared_if(names.unprepared)));
-    }
+    let custom = custom_statements(DB::DIALECT, config)?
+        .into_iter()
+        .map(|(event, stmt)| (event, stmt.unprepared_if(names.unprepared)))
+        .collect();
     let custom = Custom::new(custom);
     prepare_all::<DB>(conn, config, &custom.statements().collect::<Vec<_>>()).await?;
     Ok(Checked {
@@ -136,6 +130,28 @@ pub(crate) async fn check<DB: Backend>(
         clock,
         server,
     })
+}
+
+/// Renders the queue's own statements ([`Queue::custom`](crate::Queue::custom)), refusing one
+/// that does not render (more than one statement, an unknown marker): a check that needs no
+/// database, made when the queue is mounted, and again here at start, where they are prepared.
+pub(crate) fn custom_statements(
+    dialect: Dialect,
+    config: &QueueConfig,
+) -> Result<Vec<(Event, Stmt)>> {
+    config
+        .custom
+        .iter()
+        .map(|(event, sql)| {
+            let stmt = dialect::custom(dialect, sql).map_err(|reason| {
+                Error::declaration(
+                    config.label(),
+                    format!("the custom {event:?} statement: {reason}"),
+                )
+            })?;
+            Ok((*event, stmt))
+        })
+        .collect()
 }
 
 /// The largest value the queue's attempt column holds, refusing a `max_attempts` it cannot
@@ -179,14 +195,22 @@ fn attempt_max<DB: Backend>(config: &QueueConfig, columns: &[Column]) -> Result<
 async fn dead_target<DB: Backend>(
     conn: &mut DB::Connection,
     config: &QueueConfig,
+    names: &Names,
     columns: &[Column],
 ) -> Result<Option<(DeadTarget, Option<Arc<str>>)>> {
     let dialect = DB::DIALECT;
     let dead = match config.dead_letter() {
         None => return Ok(None),
-        // The group column was checked with the declaration.
         Some(DeadLetter::Group(group)) => {
-            return Ok(Some((DeadTarget::Group, Some(Arc::from(group.as_str())))));
+            // Refused without a group column when the queue was mounted (`QueueConfig::check`).
+            let Some(column) = names.group.clone() else {
+                return Err(Error::declaration(
+                    config.label(),
+                    "a group dead letter needs the table's group column",
+                ));
+            };
+            let target = DeadTarget::Group { column };
+            return Ok(Some((target, Some(Arc::from(group.as_str())))));
         }
         Some(DeadLetter::Table(dead)) => dead,
     };
@@ -328,61 +352,4 @@ async fn check_columns<DB: Backend>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::table::Dialect;
-
-    #[test]
-    fn servers_without_skip_locked_are_refused() {
-        let check =
-            |dialect, version: &str| check_version(Engine::detect(dialect, version), version);
-        check(Dialect::MySql, "10.11.19-MariaDB-0+deb12u1").unwrap();
-        check(Dialect::MySql, "10.6.0-MariaDB").unwrap();
-        check(Dialect::MySql, "8.0.36").unwrap();
-        check(Dialect::MySql, "8.4.0-commercial").unwrap();
-        let err = check(Dialect::MySql, "10.5.23-MariaDB").unwrap_err();
-        assert!(matches!(&err, Error::ServerTooOld { needed, .. } if needed == "10.6.0"));
-        assert!(err.to_string().contains("10.5.23-MariaDB"), "{err}");
-        let err = check(Dialect::MySql, "5.7.44-log").unwrap_err();
-        assert!(matches!(err, Error::ServerTooOld { needed, .. } if needed == "8.0.1"));
-        check(
-            Dialect::Postgres,
-            "CockroachDB CCL v23.1.11 (x86_64-pc-linux-gnu)",
-        )
-        .unwrap();
-        check(
-            Dialect::Postgres,
-            "CockroachDB CCL v24.2.0 (x86_64-pc-linux-gnu)",
-        )
-        .unwrap();
-        let err = check(Dialect::Postgres, "CockroachDB CCL v22.2.8 (x86_64)").unwrap_err();
-        assert!(
-            matches!(&err, Error::ServerTooOld { server, needed, .. }
-                if server == "CockroachDB" && needed == "23.1"),
-            "{err}"
-        );
-        // TiDB reports MySQL 8.0.11 (or 5.7.25): its own version decides nothing here.
-        check(Dialect::MySql, "5.7.25-TiDB-v6.5.0").unwrap();
-        check(
-            Dialect::Postgres,
-            "PostgreSQL 9.6.24 on x86_64-pc-linux-gnu",
-        )
-        .unwrap();
-    }
-
-    #[test]
-    fn column_types_per_dialect() {
-        assert!(Kind::Time.accepts(Dialect::Postgres, "timestamp with time zone"));
-        assert!(!Kind::Time.accepts(Dialect::Postgres, "timestamp(3) with time zone"));
-        assert!(!Kind::Time.accepts(Dialect::Postgres, "timestamp without time zone"));
-        assert!(Kind::Time.accepts(Dialect::MySql, "datetime(6)"));
-        assert!(!Kind::Time.accepts(Dialect::MySql, "datetime"));
-        assert!(Kind::Integer.accepts(Dialect::MySql, "bigint(20)"));
-        assert!(Kind::Integer.accepts(Dialect::MySql, "int(11) unsigned"));
-        assert!(!Kind::Integer.accepts(Dialect::MySql, "point"));
-        assert!(Kind::Bytes.accepts(Dialect::MySql, "longblob"));
-        assert!(!Kind::Bytes.accepts(Dialect::Postgres, "text"));
-        assert!(Kind::Bytes.accepts(Dialect::Sqlite, "BLOB"));
-        assert!(!Kind::Bytes.accepts(Dialect::Sqlite, "INTEGER"));
-    }
-}
+mod tests;

@@ -147,8 +147,8 @@ where
         row: Option<DB::Row>,
     ) -> impl Future<Output = Outcome> + Send + 'static {
         let decoded = match &row {
-            Some(row) => T::from_row(row),
-            None => Err(sqlx::Error::RowNotFound),
+            Some(row) => T::from_row(row).map_err(|error| error.to_string()),
+            None => Err("no row was read for it".to_owned()),
         };
         decoded_or_not(
             decoded,

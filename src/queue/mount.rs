@@ -4,9 +4,9 @@
 use super::Queue;
 use super::state::{AttemptState, BatchState, CapComplete, ClaimForm, FormOn};
 use crate::backend::Backend;
-use crate::config::{Mount, QueueConfig, sealed};
+use crate::config::QueueConfig;
 use crate::delivery::Mode;
-use crate::handler::{Handling, Serves};
+use crate::handler::{Handling, Mount, Serves, mount_sealed as sealed};
 
 impl<F, A, C, M, B, H> sealed::Sealed for Queue<F, A, C, M, B, H> {}
 

@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 
+use super::cancel;
 use super::claim::Pace;
 use super::keeper::keep_batch;
 use super::policy;
@@ -18,7 +19,7 @@ use super::queue::Live;
 use super::stats::{Counters, QueueReport};
 use crate::backend::{Backend, ClaimedRow};
 use crate::delivery::{Delivery, Outcome};
-use crate::form::{Form, GRACE};
+use crate::form::Form;
 use crate::handler::CallBatch;
 
 /// Runs a queue of batches until the runner stops: each free worker takes one batch of up to
@@ -120,32 +121,15 @@ where
     };
 
     let Some(result) = result else {
-        q.cancelled.fetch_add(1, Ordering::Relaxed);
-        // Past the grace, the release is dropped: a connection holding the rows closes.
-        let release = q.form.release_batch(&q.conns, &ids, batch);
-        let released = tokio::time::timeout(GRACE, release).await;
-        let released = released.unwrap_or_else(|_| {
-            q.cancelled_unreleased
-                .fetch_add(ids.len() as u64, Ordering::Relaxed);
-            0
-        });
-        q.cancelled_released.fetch_add(released, Ordering::Relaxed);
-        Counters::add(&q.stats().released, released);
-        tracing::warn!(
-            released,
-            rows = ids.len(),
-            "batch cancelled at the shutdown timeout; its rows were released"
-        );
+        cancel::batch(q, &ids, batch).await;
         return;
     };
-    let mut outcomes = result.unwrap_or_else(|panic| {
-        Counters::add(&q.stats().panicked, 1);
-        tracing::error!(
-            panic = policy::panic_message(&*panic),
-            "batch handler panicked; its rows are retried"
-        );
-        vec![Outcome::retry(); handed]
-    });
+    let mut outcomes = policy::unless_panicked(
+        q,
+        result,
+        "batch handler panicked; its rows are retried",
+        || vec![Outcome::retry(); handed],
+    );
     if outcomes.len() != handed {
         tracing::error!(
             rows = handed,

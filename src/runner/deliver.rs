@@ -4,20 +4,20 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use futures::FutureExt as _;
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
+use super::cancel;
 use super::keeper::{Kept, keep};
-use super::policy;
+use super::policy::{self, Handled};
 use super::queue::Live;
 use super::stats::Counters;
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::delivery::{Delivery, Mode, Outcome, Settle, TxSlot};
 use crate::error::Error;
-use crate::form::{Form, Returned};
+use crate::form::Form;
 use crate::handler::CallOne;
 
 /// Runs one delivery to its settlement, in a span naming the queue, row and attempt. `worker`,
@@ -47,6 +47,8 @@ pub(super) async fn deliver<DB, F, H>(
         .await;
 }
 
+/// Lend, read the row, call, take back, settle; every way that ends unsettled goes through
+/// [`abandon`].
 async fn run<DB, F, H>(
     q: &Live<DB, F>,
     handler: &H,
@@ -64,122 +66,174 @@ async fn run<DB, F, H>(
         settle(q, id, hold, outcome, None, worker).await;
         return;
     }
-    // A transactional delivery gets its transaction; the runner keeps the other end of its slot.
-    let slot = match H::Mode::TRANSACTIONAL {
-        false => None,
-        true => match q.form.lend(&q.conns, &mut hold).await {
-            Ok(conn) => Some(Arc::new(tokio::sync::Mutex::new(Some(conn)))),
-            Err(error) => {
-                tracing::warn!(%error, "could not open the delivery's transaction; row released");
-                release(q, id, hold).await;
-                return;
-            }
-        },
-    };
-    // A row mode handler gets the row whole, read where the form holds it (in the delivery's
-    // transaction, when it has one).
-    let whole = match H::ROW {
-        false => None,
-        true => match read_row(q, &mut hold, slot.as_ref(), id).await {
-            Ok(whole) => Some(whole),
-            Err(reason) => {
-                Counters::add(&q.stats().failed, 1);
-                tracing::warn!("{reason}");
-                if let Some(conn) = slot.and_then(|slot| take_back(slot).ok()) {
-                    let _ = q.form.take_back(&q.conns, &mut hold, conn, false).await;
-                }
-                release(q, id, hold).await;
-                return;
-            }
-        },
-    };
-    let delivery =
-        Delivery::<DB, H::Mode>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
-
-    // The handler's future lives in this block only: when it ends, what it held is dropped. The
-    // call itself runs inside the guard too: a handler may panic before its first await.
-    let kept = {
-        let handled =
-            AssertUnwindSafe(async move { handler.call(delivery, whole).await }).catch_unwind();
-        tokio::pin!(handled);
-        keep(q, id, &mut hold, handled).await
-    };
-    let Kept { result, extending } = kept;
-    let Some(handled) = result else {
-        cancel(q, id, slot, hold, extending).await;
-        return;
-    };
-
-    // Take the transaction back: a delivery that escaped its handler still holds it.
-    let tx = match slot.map(take_back) {
-        None => None,
-        Some(Ok(conn)) => Some(conn),
-        Some(Err(())) => {
-            Counters::add(&q.stats().failed, 1);
-            let error = Error::TransactionHeld {
-                queue: q.label.to_string(),
-                id,
-            };
-            tracing::error!(%error, "nothing was committed; the row is released");
-            // A connection still lent is closed when the escaped delivery drops it.
-            release(q, id, hold).await;
-            q.after_settlement(Outcome::retry());
-            return;
-        }
-    };
-    let outcome = policy::outcome(q, id, attempt, handled);
-
-    // Transactional: an ack commits the handler's writes with the settlement; any other outcome
-    // rolls them back first, then settles as a plain delivery would.
-    let mut own_tx = None;
-    if let Some(conn) = tx {
-        match q
-            .form
-            .take_back(&q.conns, &mut hold, conn, outcome.0 == Settle::Ack)
-            .await
-        {
-            Ok(conn) => own_tx = conn,
-            Err(error) => {
-                Counters::add(&q.stats().failed, 1);
-                tracing::error!(%error, "could not end the handler's transaction; row released");
-                release(q, id, hold).await;
-                return;
-            }
-        }
+    let settlement = async {
+        let mut slot = lend::<DB, F, H::Mode>(q, &mut hold).await?;
+        let whole = match H::ROW {
+            false => None,
+            true => Some(read_row(q, &mut hold, &mut slot, id).await?),
+        };
+        let delivery =
+            Delivery::<DB, H::Mode>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
+        let Kept { result, extending } = call(q, handler, id, &mut hold, delivery, whole).await;
+        let Some(handled) = result else {
+            return Err(Unsettled::Cancelled { slot, extending });
+        };
+        take_back(q, id, &mut hold, slot, || {
+            policy::outcome(q, id, attempt, handled)
+        })
+        .await
     }
-    settle(q, id, hold, outcome, own_tx, worker).await;
+    .await;
+    match settlement {
+        Ok((outcome, tx)) => settle(q, id, hold, outcome, tx, worker).await,
+        Err(unsettled) => abandon(q, id, hold, unsettled).await,
+    }
 }
 
-/// Reads row `id` whole for its row mode handler.
+/// How a delivery ends without a settlement.
+enum Unsettled<DB: Backend, F: Form<DB>> {
+    /// Its row goes back unsettled (why is logged where it was decided).
+    Released,
+    /// Cancelled at the shutdown timeout, with its transaction's slot and the hold of an
+    /// extension in flight then.
+    Cancelled {
+        slot: Option<TxSlot<DB>>,
+        extending: Option<F::Hold>,
+    },
+}
+
+/// Lends a transactional delivery its transaction; the runner keeps the other end of its slot.
+async fn lend<DB: Backend, F: Form<DB>, M: Mode>(
+    q: &Live<DB, F>,
+    hold: &mut F::Hold,
+) -> Result<Option<TxSlot<DB>>, Unsettled<DB, F>> {
+    if !M::TRANSACTIONAL {
+        return Ok(None);
+    }
+    match q.form.lend(&q.conns, hold).await {
+        Ok(conn) => Ok(Some(Arc::new(tokio::sync::Mutex::new(Some(conn))))),
+        Err(error) => {
+            tracing::warn!(%error, "could not open the delivery's transaction; row released");
+            Err(Unsettled::Released)
+        }
+    }
+}
+
+/// Reads row `id` whole for its row mode handler, where the form holds it (in the delivery's
+/// transaction, when it has one, which a failed read rolls back).
 async fn read_row<DB: Backend, F: Form<DB>>(
     q: &Live<DB, F>,
     hold: &mut F::Hold,
-    slot: Option<&TxSlot<DB>>,
+    slot: &mut Option<TxSlot<DB>>,
     id: i64,
-) -> Result<DB::Row, String> {
-    let read = match slot {
+) -> Result<DB::Row, Unsettled<DB, F>> {
+    let read = match slot.as_ref() {
         Some(slot) => {
             let mut lent = slot.lock().await;
             q.form.read_row(&q.conns, hold, lent.as_mut(), id).await
         }
         None => q.form.read_row(&q.conns, hold, None, id).await,
     };
-    match read {
-        Ok(Some(row)) => Ok(row),
-        Ok(None) => Err("the claimed row is gone (deleted by another hand); skipped".to_owned()),
-        Err(error) => Err(format!(
-            "could not read the row for its handler ({error}); released"
-        )),
+    let reason = match read {
+        Ok(Some(row)) => return Ok(row),
+        Ok(None) => "the claimed row is gone (deleted by another hand); skipped".to_owned(),
+        Err(error) => format!("could not read the row for its handler ({error}); released"),
+    };
+    Counters::add(&q.stats().failed, 1);
+    tracing::warn!("{reason}");
+    if let Some(conn) = slot.take().and_then(|slot| unlent(slot).ok()) {
+        let _ = q.form.take_back(&q.conns, hold, conn, false).await;
+    }
+    Err(Unsettled::Released)
+}
+
+/// Calls the handler with its delivery while `hold` is kept. The handler's future lives in this
+/// call only: when it ends, what it held is dropped. The call itself runs inside the guard too:
+/// a handler may panic before its first await.
+async fn call<DB, F, H>(
+    q: &Live<DB, F>,
+    handler: &H,
+    id: i64,
+    hold: &mut F::Hold,
+    delivery: Delivery<DB, H::Mode>,
+    whole: Option<DB::Row>,
+) -> Kept<Handled, F::Hold>
+where
+    DB: Backend,
+    F: Form<DB>,
+    H: CallOne<DB>,
+{
+    let handled =
+        AssertUnwindSafe(async move { handler.call(delivery, whole).await }).catch_unwind();
+    tokio::pin!(handled);
+    keep(q, id, hold, handled).await
+}
+
+/// Takes the transaction back from the handler and ends the handler's part of it by the outcome
+/// (asked of the policy once the transaction is back): an ack keeps the handler's writes, to
+/// commit with the settlement; any other outcome rolls them back first, then settles as a plain
+/// delivery would. Returns the outcome, and the transaction the settlement runs in where it is
+/// the delivery's own (the lease form's, on an ack).
+async fn take_back<DB: Backend, F: Form<DB>>(
+    q: &Live<DB, F>,
+    id: i64,
+    hold: &mut F::Hold,
+    slot: Option<TxSlot<DB>>,
+    outcome: impl FnOnce() -> Outcome,
+) -> Result<(Outcome, Option<HeldConn<DB>>), Unsettled<DB, F>> {
+    let Some(slot) = slot else {
+        return Ok((outcome(), None));
+    };
+    // A delivery that escaped its handler still holds it.
+    let Ok(conn) = unlent(slot) else {
+        Counters::add(&q.stats().failed, 1);
+        let error = Error::TransactionHeld {
+            queue: q.label.to_string(),
+            id,
+        };
+        tracing::error!(%error, "nothing was committed; the row is released");
+        // A connection still lent is closed when the escaped delivery drops it.
+        q.after_settlement(Outcome::retry());
+        return Err(Unsettled::Released);
+    };
+    let outcome = outcome();
+    match q
+        .form
+        .take_back(&q.conns, hold, conn, outcome.0 == Settle::Ack)
+        .await
+    {
+        Ok(own_tx) => Ok((outcome, own_tx)),
+        Err(error) => {
+            Counters::add(&q.stats().failed, 1);
+            tracing::error!(%error, "could not end the handler's transaction; row released");
+            Err(Unsettled::Released)
+        }
     }
 }
 
-/// Takes the transaction back from its slot: `Err` when the delivery escaped its handler (the
+/// The transaction, out of its slot: `Err` when the delivery escaped its handler (the
 /// transaction is then closed by the escaped delivery, whoever drops it last).
-fn take_back<DB: Backend>(slot: TxSlot<DB>) -> Result<HeldConn<DB>, ()> {
+fn unlent<DB: Backend>(slot: TxSlot<DB>) -> Result<HeldConn<DB>, ()> {
     Arc::try_unwrap(slot)
         .ok()
         .and_then(tokio::sync::Mutex::into_inner)
         .ok_or(())
+}
+
+/// Returns the row of a delivery that ends unsettled: released at once, or, cancelled at the
+/// shutdown timeout, whatever its connection is doing.
+async fn abandon<DB: Backend, F: Form<DB>>(
+    q: &Live<DB, F>,
+    id: i64,
+    hold: F::Hold,
+    unsettled: Unsettled<DB, F>,
+) {
+    match unsettled {
+        Unsettled::Released => release(q, id, hold).await,
+        Unsettled::Cancelled { slot, extending } => {
+            cancel::delivery(q, id, slot, hold, extending).await;
+        }
+    }
 }
 
 /// Settles a delivery, and counts it by the policy: acks and drops of plain queues that group
@@ -215,50 +269,5 @@ async fn settle<DB: Backend, F: Form<DB>>(
 async fn release<DB: Backend, F: Form<DB>>(q: &Live<DB, F>, id: i64, hold: F::Hold) {
     if q.form.release(&q.conns, id, hold).await {
         q.after_settlement(Outcome::retry());
-    }
-}
-
-/// A delivery cancelled at the shutdown timeout: its handler's future is gone, and its row goes
-/// back unsettled at once, whatever the delivery's connection is doing. A transactional
-/// delivery's connection is closed, never rolled back on (a statement of the handler's may
-/// still run there, for as long as it likes): the server rolls the transaction back.
-/// MySQL/MariaDB also end its session (`KILL`, when the claim read it), and PostgreSQL 14+ ends
-/// it within 250 ms of the close (`client_connection_check_interval`), so a row lock or a key it
-/// held is released at once.
-async fn cancel<DB: Backend, F: Form<DB>>(
-    q: &Live<DB, F>,
-    id: i64,
-    slot: Option<TxSlot<DB>>,
-    hold: F::Hold,
-    extending: Option<F::Hold>,
-) {
-    q.cancelled.fetch_add(1, Ordering::Relaxed);
-    // Closed when dropped: it is in a transaction. A `Tx` escaped into another task keeps it
-    // until that task drops it; the session is ended all the same.
-    let lent = slot.and_then(|slot| slot.try_lock().ok().and_then(|mut lent| lent.take()));
-    let transactional = lent.is_some();
-    drop(lent);
-    match q.form.abandon(&q.conns, id, hold, extending).await {
-        Returned::Released => {
-            q.cancelled_released.fetch_add(1, Ordering::Relaxed);
-            Counters::add(&q.stats().released, 1);
-            q.note_unlock();
-            tracing::warn!(
-                transactional,
-                "handler cancelled at the shutdown timeout; its row was released"
-            );
-        }
-        Returned::NotHeld => tracing::warn!(
-            "handler cancelled at the shutdown timeout; its row was no longer held (its lease \
-             lost)"
-        ),
-        Returned::Unconfirmed => {
-            q.cancelled_unreleased.fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(
-                grace = ?crate::form::GRACE,
-                "handler cancelled at the shutdown timeout; its row could not be released in \
-                 time: it returns when its lease expires or its connection closes"
-            );
-        }
     }
 }

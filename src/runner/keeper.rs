@@ -106,7 +106,9 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
 }
 
 /// Awaits a batch's handler while extending the holds of its rows `ids` when they must be
-/// (the handler waits meanwhile). `None` when cancelled at the shutdown timeout.
+/// (the handler waits meanwhile). `None` when cancelled at the shutdown timeout, which an
+/// extension in flight then gets [`GRACE`] more to finish (the holds it renewed by then are
+/// the batch's; a row whose renewal is cut off returns when its lease expires).
 pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
     q: &Live<DB, F>,
     ids: &[i64],
@@ -123,7 +125,16 @@ pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
             () = abort.cancelled() => return None,
             () = sleep_until(next) => {}
         }
-        q.form.extend_batch(&q.conns, ids, batch).await;
+        let extension = q.form.extend_batch(&q.conns, ids, batch);
+        tokio::pin!(extension);
+        tokio::select! {
+            biased;
+            () = &mut extension => {}
+            () = abort.cancelled() => {
+                let _ = tokio::time::timeout(GRACE, extension).await;
+                return None;
+            }
+        }
         next = every.map(|(every, _)| Instant::now() + every.max(Duration::from_millis(5)));
     }
 }

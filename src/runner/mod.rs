@@ -7,6 +7,7 @@
 
 mod acks;
 mod batch;
+mod cancel;
 mod claim;
 mod deliver;
 mod keeper;
@@ -28,9 +29,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, Clock};
-use crate::config::{FormKind, Mount, QueueConfig};
+use crate::config::{FormKind, QueueConfig};
 use crate::error::{Error, Result};
 use crate::form::{self, Identity};
+use crate::handler::Mount;
 use crate::table::Pooler;
 use launch::Launch;
 use queue::Shared;
@@ -126,11 +128,15 @@ impl<DB: Backend> Runner<DB> {
     /// Mounts a queue: a [`Queue`](crate::Queue) with one claim form the database has, a
     /// handler taking this database's deliveries, and a dead letter if it has `max_attempts`;
     /// anything else does not compile. A declaration that cannot work on this database (say
-    /// `.listen_notify()` off PostgreSQL) is refused by [`start`](Runner::start).
+    /// `.listen_notify()` off PostgreSQL, or a custom statement that is two) is found here and
+    /// refused by [`start`](Runner::start).
     pub fn mount(mut self, queue: impl Mount<DB>) -> Self {
         let (config, handler) = queue.into_parts();
-        if let (None, Err(error)) = (&self.refused, config.check(DB::DIALECT)) {
-            self.refused = Some(error);
+        if self.refused.is_none() {
+            let checked = config.check(DB::DIALECT);
+            self.refused = checked
+                .and_then(|()| form::custom_statements(DB::DIALECT, &config))
+                .err();
         }
         let launch = launch::launch(&config.form, handler);
         self.queues.push((config, launch));

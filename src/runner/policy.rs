@@ -66,14 +66,12 @@ pub(super) fn outcome<DB: Backend, F: Form<DB>>(
     attempt: u32,
     handled: Handled,
 ) -> Outcome {
-    let outcome = handled.unwrap_or_else(|panic| {
-        Counters::add(&q.stats().panicked, 1);
-        tracing::error!(
-            panic = panic_message(&*panic),
-            "handler panicked; the delivery is retried"
-        );
-        Outcome::retry()
-    });
+    let outcome = unless_panicked(
+        q,
+        handled,
+        "handler panicked; the delivery is retried",
+        Outcome::retry,
+    );
     match (outcome.0, q.max_attempts) {
         (Settle::Undecodable, _) => undecodable(q),
         (Settle::Retry | Settle::RetryAfter(_), Some(max)) if attempt >= max => {
@@ -88,6 +86,21 @@ pub(super) fn outcome<DB: Backend, F: Form<DB>>(
         }
         _ => outcome,
     }
+}
+
+/// The panic policy, for a single delivery's handler and a batch's alike: a handler that
+/// panicked retries what it was given (`retry`), counted, and logged as `what`.
+pub(super) fn unless_panicked<DB: Backend, F: Form<DB>, T>(
+    q: &Live<DB, F>,
+    handled: Handled<T>,
+    what: &str,
+    retry: impl FnOnce() -> T,
+) -> T {
+    handled.unwrap_or_else(|panic| {
+        Counters::add(&q.stats().panicked, 1);
+        tracing::error!(panic = panic_message(&*panic), "{what}");
+        retry()
+    })
 }
 
 /// Counts a settlement's result, and logs a failed one. A settlement that failed for the row
@@ -128,7 +141,7 @@ pub(super) fn settled<DB: Backend, F: Form<DB>>(
     }
 }
 
-pub(super) fn panic_message(panic: &(dyn Any + Send)) -> &str {
+fn panic_message(panic: &(dyn Any + Send)) -> &str {
     if let Some(message) = panic.downcast_ref::<&str>() {
         message
     } else if let Some(message) = panic.downcast_ref::<String>() {

@@ -63,13 +63,19 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         config: &QueueConfig,
         checked: Checked,
     ) -> Result<Self> {
-        let duration = match config.form {
-            FormKind::Lease { duration, .. } => duration,
-            FormKind::RowLock | FormKind::Advisory => crate::config::DEFAULT_LEASE,
+        // `launch` prepares this form for lease queues only, whose names carry the lease column.
+        let (FormKind::Lease { duration, .. }, Some(lease)) =
+            (&config.form, checked.names.lease.as_deref())
+        else {
+            return Err(Error::declaration(
+                config.label(),
+                "the lease form needs a lease column: `.lease(..)`",
+            ));
         };
+        let duration = *duration;
         // One claim takes a row per free worker, or a batch.
         let max_claim = config.workers.max(config.batch.unwrap_or(1)).min(MAX_CLAIM);
-        let sql = dialect::lease(&checked.names, max_claim);
+        let sql = dialect::lease(&checked.names, lease, max_claim);
         super::schema::prepare_all::<DB>(conn, config, &sql.statements()).await?;
         Ok(LeaseForm {
             max_claim,

@@ -1,0 +1,114 @@
+use super::super::{Dialect, Names};
+use crate::table::Table;
+
+fn names(dialect: Dialect, table: Table, advisory: bool) -> Names {
+    let form = if advisory { "advisory" } else { "row_lock" };
+    Names::for_test(dialect, table, Some("mail"), form, true)
+}
+
+#[test]
+fn row_lock_claims_one_locked_row_and_counts_on_return() {
+    let table = Table::new("jobs").group("queue").retry_after("not_before");
+    let mut n = names(Dialect::Postgres, table, false);
+    n.attempt_max = 32_767; // a smallint column
+    let sql = super::row_lock(&n);
+    assert_eq!(
+        sql.claim.text(),
+        r#"SELECT CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) FROM "jobs" WHERE "queue" = $1 AND ("not_before" IS NULL OR "not_before" <= $2) ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED"#
+    );
+    assert_eq!(
+        sql.retry.unwrap().text(),
+        r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 32767 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" = $1"#
+    );
+    assert_eq!(
+        sql.retry_after.unwrap().text(),
+        r#"UPDATE "jobs" SET "not_before" = $1, "attempt" = CASE WHEN "attempt" < 32767 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" = $2"#
+    );
+    assert_eq!(sql.finish.text(), r#"DELETE FROM "jobs" WHERE "id" = $1"#);
+    assert!(sql.begin.is_none());
+    let mysql = super::row_lock(&names(Dialect::MySql, Table::new("jobs"), false));
+    assert_eq!(
+        mysql.begin,
+        Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION")
+    );
+}
+
+#[test]
+fn row_lock_batches_on_mysql_reach_each_row_through_the_primary_key() {
+    let table = Table::new("jobs").processed_at("done_at");
+    let sql = super::row_lock(&names(Dialect::MySql, table, false));
+    assert_eq!(
+        sql.finish_many.for_len(2).text(),
+        "UPDATE (SELECT CAST(? AS SIGNED) AS sqlxq_id UNION SELECT CAST(? AS SIGNED) AS \
+         sqlxq_id) AS sqlxq_ids STRAIGHT_JOIN `jobs` ON `jobs`.`id` = sqlxq_ids.sqlxq_id \
+         SET `done_at` = ?"
+    );
+    let sql = super::row_lock(&names(Dialect::MySql, Table::new("jobs"), false));
+    assert_eq!(
+        sql.finish_many.for_len(1).text(),
+        "DELETE `jobs` FROM (SELECT CAST(? AS SIGNED) AS sqlxq_id) AS sqlxq_ids \
+         STRAIGHT_JOIN `jobs` ON `jobs`.`id` = sqlxq_ids.sqlxq_id"
+    );
+    assert!(sql.retry_many.unwrap().for_len(2).text().ends_with(
+        "ON `jobs`.`id` = sqlxq_ids.sqlxq_id SET `attempt` = CASE WHEN `attempt` < \
+             9223372036854775807 THEN `attempt` + 1 ELSE `attempt` END"
+    ));
+}
+
+#[test]
+fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
+    let sql = super::advisory(&names(Dialect::Postgres, Table::new("jobs"), true));
+    assert_eq!(
+        sql.lock_many.unwrap().text(),
+        r#"SELECT CAST(c.sqlxq_id AS BIGINT) FROM (SELECT "id" AS sqlxq_id FROM "jobs" WHERE 1 = 1 ORDER BY "id" LIMIT $1) AS c WHERE pg_try_advisory_lock(((CAST($2 AS BIGINT) << 32) | (CAST(c.sqlxq_id AS BIGINT) & 4294967295))) LIMIT $3"#
+    );
+    assert_eq!(
+        sql.take.text(),
+        r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 9223372036854775807 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" = $1 AND 1 = 1 RETURNING CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) - 1"#
+    );
+    assert_eq!(
+        sql.take_many.for_len(2).text(),
+        r#"UPDATE "jobs" SET "attempt" = CASE WHEN "attempt" < 9223372036854775807 THEN "attempt" + 1 ELSE "attempt" END WHERE "id" IN ($1, $2) AND 1 = 1 RETURNING CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) - 1"#
+    );
+    assert_eq!(
+        sql.unlock_many.as_ref().unwrap().for_len(2).text(),
+        "SELECT d.k FROM (SELECT DISTINCT v.k FROM (VALUES (CAST($1 AS BIGINT)), (CAST($2 AS \
+         BIGINT))) AS v (k)) AS d WHERE pg_advisory_unlock(((CAST($3 AS BIGINT) << 32) | \
+         (CAST(d.k AS BIGINT) & 4294967295)))"
+    );
+    assert_eq!(
+        sql.finish_many.for_len(4).text(),
+        r#"DELETE FROM "jobs" WHERE "id" IN ($1, $2, $3, $4)"#
+    );
+    assert!(sql.count.is_none() && sql.count_many.is_none());
+
+    let mut n = names(Dialect::MySql, Table::new("jobs"), true);
+    n.attempt_max = 255; // a tinyint unsigned column
+    let sql = super::advisory(&n);
+    let lock = sql.lock_many.unwrap();
+    assert!(
+        lock.text().starts_with(
+            "SELECT CAST(c.sqlxq_id AS SIGNED) FROM (SELECT `id` AS sqlxq_id FROM `jobs` \
+             WHERE 1 = 1 ORDER BY `id` LIMIT ?) AS c WHERE GET_LOCK(IF(CHAR_LENGTH(CONCAT(?, \
+             c.sqlxq_id)) > 64"
+        ) && lock.text().ends_with(", 0) = 1 LIMIT ?"),
+        "{}",
+        lock.text()
+    );
+    assert_eq!(
+        sql.count.unwrap().text(),
+        "UPDATE `jobs` SET `attempt` = CASE WHEN `attempt` < 255 THEN `attempt` + 1 \
+         ELSE `attempt` END WHERE `id` = ?"
+    );
+    assert_eq!(
+        sql.count_many.unwrap().for_len(2).text(),
+        "UPDATE `jobs` SET `attempt` = CASE WHEN `attempt` < 255 THEN `attempt` + 1 \
+         ELSE `attempt` END WHERE `id` IN (?, ?)"
+    );
+    assert!(sql.unlock_many.unwrap().for_len(2).text().starts_with(
+        "SELECT CAST(d.k AS SIGNED) FROM (SELECT CAST(? AS SIGNED) AS k UNION SELECT \
+             CAST(? AS SIGNED) AS k) AS d WHERE RELEASE_LOCK("
+    ));
+    let sql = super::advisory(&names(Dialect::Sqlite, Table::new("jobs"), true));
+    assert!(sql.lock_many.is_none() && sql.unlock.is_none() && sql.unlock_many.is_none());
+}
