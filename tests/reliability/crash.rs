@@ -27,17 +27,24 @@ const LEASE: Duration = Duration::from_secs(1);
 
 every_form!(process_crash);
 
-/// Enqueues `rows` rows on `table` and returns their ids.
+/// Enqueues `rows` rows on `table` (no runner serving it) and returns their ids.
 pub(crate) async fn fill<DB: TestDb>(ctx: &Ctx<DB>, table: &str, rows: usize) -> Vec<i64> {
-    let jobs = jobs(table);
-    let payloads: Vec<String> = (0..rows).map(|i| format!("job {i}")).collect();
-    let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    for chunk in batch.chunks(jobs.max_batch()) {
-        DB::enqueue_many(&ctx.pool, &jobs, chunk).await.unwrap();
-    }
+    enqueue(ctx, table, rows).await;
     let ids = ctx.ids(table, "id").await;
     assert_eq!(ids.len(), rows);
     ids
+}
+
+/// Enqueues `rows` rows on `table`, which a runner may be draining meanwhile.
+pub(crate) async fn enqueue<DB: TestDb>(ctx: &Ctx<DB>, table: &str, rows: usize) {
+    let jobs = jobs(table);
+    let payloads: Vec<String> = (0..rows).map(|i| format!("job {i}")).collect();
+    let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    let mut enqueued = 0;
+    for chunk in batch.chunks(jobs.max_batch()) {
+        enqueued += DB::enqueue_many(&ctx.pool, &jobs, chunk).await.unwrap();
+    }
+    assert_eq!(enqueued, rows as u64);
 }
 
 async fn process_crash<DB: TestDb, F: Form<DB>>() {
