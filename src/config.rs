@@ -10,6 +10,10 @@ use crate::table::{DeadLetter, Dialect, Table};
 /// The most deliveries one queue keeps in work at once.
 pub const MAX_WORKERS: usize = 10_000;
 
+/// The most rows a lease queue of single deliveries claims ahead of its workers, per worker
+/// (while its handlers are quick: see the runner's claim loop).
+pub(crate) const AHEAD_PER_WORKER: usize = 3;
+
 /// The lease duration when none is given.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
@@ -120,6 +124,26 @@ impl QueueConfig {
 
     pub(crate) fn dead_letter(&self) -> Option<&DeadLetter> {
         self.cap.as_ref().map(|(_, to)| to)
+    }
+
+    /// The most rows one claim of this queue takes: a batch, or (single deliveries of the lease
+    /// form) a row per worker and the rows claimed ahead of them.
+    pub(crate) fn max_claim(&self) -> usize {
+        self.batch
+            .unwrap_or(self.workers.saturating_mul(1 + self.ahead_per_worker()))
+    }
+
+    /// The most rows a queue of single deliveries claims ahead of each worker (the lease form):
+    /// none on a table with priorities, where a row claimed ahead would keep a more urgent job
+    /// enqueued after it waiting, and where the rows of one claim would start in id order, not
+    /// in priority order; none in the advisory form, whose key of a row waiting for a worker
+    /// goes with its session if that ends meanwhile, unseen until a statement runs there (its
+    /// handler would start on a row another runner may take).
+    pub(crate) fn ahead_per_worker(&self) -> usize {
+        match (&self.form, &self.table.priority) {
+            (FormKind::Lease { .. }, None) => AHEAD_PER_WORKER,
+            _ => 0,
+        }
     }
 
     /// Whether a delivery in work holds a pooled connection: the row lock and advisory forms

@@ -68,6 +68,9 @@ pub(crate) struct AdvisorySql {
     pub(crate) finish_many: BySize,
     /// retry_after: `retry_after = at`; absent without the column.
     pub(crate) retry_after: Option<Stmt>,
+    /// `attempt = ?` of a row whose key is held: a row claimed but never delivered goes back
+    /// with the count its claim read; absent without an attempt column.
+    pub(crate) restore_attempt: Option<Stmt>,
 }
 
 fn by_id(w: &mut SqlWriter, n: &Names) {
@@ -281,6 +284,13 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             by(w);
         }),
         retry_after: retry_after_by_id(n, false),
+        restore_attempt: n.attempt.as_deref().map(|attempt| {
+            let mut w = n.writer();
+            update(&mut w, n);
+            w.push(attempt).push(" = ").param(Slot::Attempt);
+            by_id(&mut w, n);
+            w.finish()
+        }),
     }
 }
 

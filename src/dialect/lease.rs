@@ -18,6 +18,10 @@ pub(crate) struct LeaseSql {
     pub(crate) extend: Stmt,
     /// `lease = NULL`, guarded: retry, and a delivery dropped unsettled.
     pub(crate) release: Stmt,
+    /// `lease = NULL, attempt = the count the claim read`, guarded: a row claimed but never
+    /// delivered (claimed ahead of the workers when the runner stopped) goes back as it was;
+    /// absent without an attempt column (`release` does).
+    pub(crate) release_unstarted: Option<Stmt>,
     /// `lease = NULL` where the lease is either of two tokens: a delivery cancelled while its
     /// extension to the second was in flight, whose outcome is unknown.
     pub(crate) release_either: Stmt,
@@ -72,6 +76,7 @@ impl LeaseSql {
             }
         }
         all.extend(self.retry_after.as_ref());
+        all.extend(self.release_unstarted.as_ref());
         all
     }
 }
@@ -175,6 +180,18 @@ pub(super) fn lease(
     guarded(&mut w, n, lease);
     let release = w.finish();
 
+    let release_unstarted = n.attempt.as_deref().map(|attempt| {
+        let mut w = n.writer();
+        update(&mut w);
+        w.push(lease)
+            .push(" = NULL, ")
+            .push(attempt)
+            .push(" = ")
+            .param(Slot::Attempt);
+        guarded(&mut w, n, lease);
+        w.finish()
+    });
+
     let mut w = n.writer();
     update(&mut w);
     w.push(lease)
@@ -225,6 +242,7 @@ pub(super) fn lease(
         next,
         extend,
         release,
+        release_unstarted,
         release_either,
         retry_after,
         finish,
@@ -260,6 +278,10 @@ mod tests {
             r#"UPDATE "jobs" SET "locked_until" = $1 WHERE "id" = $2 AND "locked_until" = $3"#
         );
         assert!(sql.retry_after.is_none());
+        assert_eq!(
+            sql.release_unstarted.unwrap().text(),
+            r#"UPDATE "jobs" SET "locked_until" = NULL, "attempt" = $1 WHERE "id" = $2 AND "locked_until" = $3"#
+        );
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub(crate) enum Slot {
     NotifyPayload,
     /// A unique job's key.
     UniqueKey,
+    /// A row's attempt count as its claim read it, before counting (a release that uncounts).
+    Attempt,
 }
 
 impl Slot {
@@ -65,7 +67,8 @@ impl Slot {
             | Slot::Window
             | Slot::Key
             | Slot::KeyClass
-            | Slot::Priority => ValueKind::I64,
+            | Slot::Priority
+            | Slot::Attempt => ValueKind::I64,
             Slot::Token | Slot::TokenAt(_) | Slot::NewToken | Slot::Now | Slot::At => {
                 ValueKind::Time
             }
@@ -186,6 +189,7 @@ pub(crate) struct Args<'a> {
     pub(crate) notify_table: Option<&'a str>,
     pub(crate) notify_payload: Option<&'a str>,
     pub(crate) unique_key: Option<&'a str>,
+    pub(crate) attempt: i64,
 }
 
 impl<'a> Args<'a> {
@@ -231,6 +235,7 @@ impl<'a> Args<'a> {
             Slot::NotifyTable => Value::Text(self.notify_table),
             Slot::NotifyPayload => Value::Text(Some(self.notify_payload.unwrap_or(""))),
             Slot::UniqueKey => Value::Text(self.unique_key),
+            Slot::Attempt => Value::I64(self.attempt),
         }
     }
 }

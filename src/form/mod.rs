@@ -72,13 +72,14 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self>> + Send;
 
     /// Claims up to `want` rows (one, unless [`Form::ONE_CLAIM`]) for worker `worker` of
-    /// `workers`, passing over the `excluded` ids; each row with its hold.
+    /// `workers`, passing over the ids `excluded` gives (asked once the claim has what it runs
+    /// on, so that a row held back while it waited is passed over); each row with its hold.
     fn claim(
         &self,
         conns: &Conns<DB>,
         want: usize,
         worker: (usize, usize),
-        excluded: &[i64],
+        excluded: &(dyn Fn() -> Vec<i64> + Sync),
     ) -> impl Future<Output = Result<Vec<(ClaimedRow, Self::Hold)>, ClaimFailed>> + Send;
 
     /// Claims up to `size` rows held together, for one batch.
@@ -216,6 +217,20 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
         id: i64,
         hold: Self::Hold,
     ) -> impl Future<Output = bool> + Send;
+
+    /// Releases a row claimed but never delivered (the runner stopped before a worker took it)
+    /// as [`Form::release`] does, and uncounts its attempt where the claim counted it and the
+    /// release cannot undo it: `attempt` is the count the claim read.
+    fn release_unstarted(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        attempt: Option<i64>,
+        hold: Self::Hold,
+    ) -> impl Future<Output = bool> + Send {
+        let _ = attempt;
+        self.release(conns, id, hold)
+    }
 
     /// Releases a batch's rows unsettled: how many were still held.
     fn release_batch(

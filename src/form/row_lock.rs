@@ -53,9 +53,9 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         conns: &Conns<DB>,
         _: usize,
         _: (usize, usize),
-        excluded: &[i64],
+        excluded: &(dyn Fn() -> Vec<i64> + Sync),
     ) -> Result<Vec<(ClaimedRow, Held<DB>)>, ClaimFailed> {
-        let (mut rows, conn) = self.claim_rows::<DB>(conns, 1, excluded).await?;
+        let (mut rows, conn) = self.claim_rows::<DB>(conns, 1, &excluded()).await?;
         Ok(match rows.pop() {
             Some(row) => {
                 let session = row.session;

@@ -1,7 +1,7 @@
 //! A queue of single deliveries: its claim loops, and how they pace themselves.
 //!
-//! The lease form claims for every free worker in one statement, from one loop; the forms that
-//! hold a connection per delivery run one loop per worker — claim a row, deliver it, claim again
+//! The lease form claims for every free worker in one statement, from one loop (`ahead`); the
+//! forms that hold a connection per delivery run one loop per worker — claim a row, deliver it, claim again
 //! — so no worker waits for another's claim, and a worker that found a row wakes an idle sibling
 //! so a backlog spreads at once.
 
@@ -9,14 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
-use tokio_util::task::TaskTracker;
+use tokio::sync::Notify;
 
 use super::deliver::deliver;
 use super::queue::Live;
 use super::stats::{Counters, QueueReport};
-use crate::backend::Backend;
-use crate::form::lease::MAX_CLAIM;
+use crate::backend::{Backend, ClaimedRow};
 use crate::form::{ClaimFailed, Form};
 use crate::handler::CallOne;
 
@@ -162,88 +160,10 @@ where
     H: CallOne<DB>,
 {
     if F::ONE_CLAIM {
-        one_claim_for_all(q, handler).await
+        super::ahead::run(q, handler).await
     } else {
         a_claim_per_worker(q, handler).await
     }
-}
-
-/// The lease form: one claim fills every free worker.
-async fn one_claim_for_all<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>) -> QueueReport
-where
-    DB: Backend,
-    F: Form<DB>,
-    H: CallOne<DB>,
-{
-    let workers = Arc::new(Semaphore::new(q.workers));
-    let deliveries = TaskTracker::new();
-    let mut pace = Pace::default();
-    let mut released = 0;
-
-    loop {
-        // Wait for one free worker, then take every other free one: one claim fills them all.
-        let mut permits = tokio::select! {
-            biased;
-            () = q.shared.stop.cancelled() => break,
-            permit = Arc::clone(&workers).acquire_many_owned(1) => {
-                permit.expect("the semaphore is never closed")
-            }
-        };
-        // The deliveries that ended with this one give their workers back in the same instant:
-        // let them, so that one claim takes them all.
-        tokio::task::yield_now().await;
-        // Below MAX_CLAIM (1000): it always fits a u32.
-        let free = u32::try_from(workers.available_permits().min(MAX_CLAIM - 1)).unwrap_or(0);
-        if let Ok(more) = Arc::clone(&workers).try_acquire_many_owned(free) {
-            permits.merge(more);
-        }
-        let want = permits.num_permits();
-
-        // A claim in flight is never cancelled: its rows would stay claimed until their lease
-        // expired. It is awaited, and its rows released if the runner stopped meanwhile.
-        let excluded = q.quarantine.excluded();
-        let claimed = match q
-            .form
-            .claim(&q.conns, want, (0, q.workers), &excluded)
-            .await
-        {
-            Ok(claimed) => claimed,
-            Err(failed) => {
-                drop(permits);
-                if pace.failed(&q, failed).await {
-                    continue;
-                }
-                break;
-            }
-        };
-        let got = claimed.len();
-        Counters::add(&q.stats().claimed, got as u64);
-
-        if q.stopping() {
-            for (row, hold) in claimed {
-                released += release(&q, row.id, hold).await;
-            }
-            break;
-        }
-        for (row, hold) in claimed {
-            let permit = permits.split(1).expect("one permit per claimed row");
-            let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
-            q.stats().in_work.fetch_add(1, Ordering::Relaxed);
-            deliveries.spawn(async move {
-                deliver(&q, &*handler, row, hold, Some(permit)).await;
-                q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
-            });
-        }
-        drop(permits);
-        let idle = workers.available_permits() == q.workers;
-        if !pace.claimed(&q, got == want, idle).await {
-            break;
-        }
-    }
-
-    deliveries.close();
-    deliveries.wait().await;
-    q.report(released)
 }
 
 /// The forms that hold a connection per delivery: a loop per worker.
@@ -267,7 +187,7 @@ where
             let mut released = 0;
             while !q.stopping() {
                 // A claim in flight is awaited, and its row released if the runner stopped.
-                let excluded = q.quarantine.excluded();
+                let excluded = || q.quarantine.excluded();
                 let claimed = q.form.claim(&q.conns, 1, (index, q.workers), &excluded);
                 let (row, hold) = match claimed.await.map(|mut rows| rows.pop()) {
                     Ok(Some(claimed)) => claimed,
@@ -287,7 +207,7 @@ where
                 };
                 Counters::add(&q.stats().claimed, 1);
                 if q.stopping() {
-                    released += release(&q, row.id, hold).await;
+                    released += release(&q, &row, hold).await;
                     break;
                 }
                 siblings.notify_one();
@@ -314,13 +234,17 @@ where
     q.report(released)
 }
 
-/// Releases a row claimed but not started (the runner stopped meanwhile): 1 when it was.
+/// Releases a row claimed but not started (the runner stopped meanwhile), as it was before its
+/// claim: 1 when it was.
 pub(super) async fn release<DB: Backend, F: Form<DB>>(
     q: &Live<DB, F>,
-    id: i64,
+    row: &ClaimedRow,
     hold: F::Hold,
 ) -> u64 {
-    if !q.form.release(&q.conns, id, hold).await {
+    let released = q
+        .form
+        .release_unstarted(&q.conns, row.id, row.attempt, hold);
+    if !released.await {
         return 0;
     }
     Counters::add(&q.stats().released, 1);

@@ -6,11 +6,11 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt as _;
-use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument as _;
 
+use super::ahead::Seat;
 use super::cancel;
-use super::keeper::{Kept, keep};
+use super::keeper::{self, Kept, keep};
 use super::policy::{self, Handled};
 use super::queue::Live;
 use super::stats::Counters;
@@ -21,14 +21,15 @@ use crate::form::Form;
 use crate::handler::CallOne;
 
 /// Runs one delivery to its settlement, in a span naming the queue, row and attempt. `worker`,
-/// where the queue counts its workers by permits, is given back when the delivery ends, or as
-/// soon as its handler is done when its ack goes to the queue's grouped acks.
+/// where the queue counts its rows in hand and its workers by seats, is given back when the
+/// delivery ends; its worker as soon as its handler is done when its ack goes to the queue's
+/// grouped acks.
 pub(super) async fn deliver<DB, F, H>(
     q: &Live<DB, F>,
     handler: &H,
     row: ClaimedRow,
     hold: F::Hold,
-    worker: Option<OwnedSemaphorePermit>,
+    worker: Option<Seat>,
 ) where
     DB: Backend,
     F: Form<DB>,
@@ -55,13 +56,16 @@ async fn run<DB, F, H>(
     row: ClaimedRow,
     attempt: u32,
     mut hold: F::Hold,
-    worker: Option<OwnedSemaphorePermit>,
+    worker: Option<Seat>,
 ) where
     DB: Backend,
     F: Form<DB>,
     H: CallOne<DB>,
 {
     let id = row.id;
+    if !keeper::confirm(q, id, &mut hold).await {
+        return;
+    }
     if let Some(outcome) = policy::before_handler(q, &row, attempt) {
         settle(q, id, hold, outcome, None, worker).await;
         return;
@@ -245,16 +249,18 @@ async fn settle<DB: Backend, F: Form<DB>>(
     hold: F::Hold,
     outcome: Outcome,
     tx: Option<HeldConn<DB>>,
-    worker: Option<OwnedSemaphorePermit>,
+    mut worker: Option<Seat>,
 ) {
     tracing::Span::current().record("outcome", outcome.name());
     let kept = q.form.keep(&hold);
     let grouped = matches!(outcome.0, Settle::Ack | Settle::Drop) && tx.is_none();
     let settled = match (&q.acks, grouped) {
         (Some(acks), true) => {
-            // The claim of the next row overlaps this ack's statement: both commit for many.
-            let _in_flight = q.acks_in_flight.acquire().await;
-            drop(worker);
+            // The next row's handler, and the claim of more, overlap this ack's statement: it
+            // commits for many. The row stays in hand until it is settled.
+            if let Some(seat) = worker.as_mut() {
+                seat.free_worker();
+            }
             super::acks::settle(acks, &q.label, id, hold, outcome).await
         }
         _ => q.form.settle(&q.conns, id, hold, outcome, tx).await,

@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::queue::Live;
+use super::stats::Counters;
 use crate::backend::Backend;
 use crate::form::{Form, GRACE};
 
@@ -16,6 +17,41 @@ use crate::form::{Form, GRACE};
 pub(super) struct Kept<T, H> {
     pub(super) result: Option<T>,
     pub(super) extending: Option<H>,
+}
+
+/// Before a delivery starts: renews the hold of row `id` if it is due already (a row claimed
+/// ahead that waited past half its lease for a worker). `false`: the hold was lost meanwhile
+/// (the lease expired, and another claim took the row), and the row is not delivered. A renewal
+/// that fails is tried again while the handler runs, as any other.
+pub(super) async fn confirm<DB: Backend, F: Form<DB>>(
+    q: &Live<DB, F>,
+    id: i64,
+    hold: &mut F::Hold,
+) -> bool {
+    let Some((every, since)) = q.form.extend_every(hold) else {
+        return true;
+    };
+    if since.elapsed() < every {
+        return true;
+    }
+    let Some(to) = q.form.extension(hold) else {
+        return true;
+    };
+    match q.form.extend(&q.conns, id, hold, &to).await {
+        Ok(true) => {
+            *hold = to;
+            true
+        }
+        Ok(false) => {
+            Counters::add(&q.stats().lease_lost, 1);
+            tracing::warn!("lease lost while the row waited for a worker: not delivered");
+            false
+        }
+        Err(error) => {
+            tracing::warn!(%error, "lease renewal before the handler failed; trying again");
+            true
+        }
+    }
 }
 
 /// Awaits the handler of row `id` while extending `hold` when it must be (the handler is polled

@@ -13,8 +13,10 @@ use super::stats::QueueReport;
 use super::{acks, batch, claim};
 use crate::backend::{self, Backend, Clock};
 use crate::config::{FormKind, QueueConfig};
+use crate::delivery::Mode;
 use crate::error::{Error, Result};
 use crate::form::advisory::AdvisoryForm;
+use crate::form::advisory::grouped::GroupedForm;
 use crate::form::lease::LeaseForm;
 use crate::form::row_lock::RowLockForm;
 use crate::form::{Form, Identity, Server, check};
@@ -59,6 +61,11 @@ impl<DB: Backend> Visit<DB> for Pick {
     type Output = Box<dyn Launch<DB>>;
 
     fn one<H: CallOne<DB>>(self, handler: H) -> Self::Output {
+        // Plain deliveries of the advisory form share the sessions that hold their keys; a
+        // transactional delivery's transaction needs a session of its own.
+        if self.form == FormKind::Advisory && !<H::Mode as Mode>::TRANSACTIONAL {
+            return Box::new(Waiting::<GroupedForm, _>::new(Single(handler)));
+        }
         waiting(&self.form, Single(handler))
     }
 

@@ -6,6 +6,7 @@
 //! [`policy`] → the form's batch settlement.
 
 mod acks;
+mod ahead;
 mod batch;
 mod cancel;
 mod claim;

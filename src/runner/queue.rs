@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::Pool;
-use tokio::sync::{Notify, Semaphore, mpsc};
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::acks::Ack;
@@ -49,6 +49,8 @@ pub(super) struct Live<DB: Backend, F: Form<DB>> {
     pub(super) label: Arc<str>,
     pub(super) group: Option<Arc<str>>,
     pub(super) workers: usize,
+    /// The most rows a lease queue of single deliveries claims ahead of each worker.
+    pub(super) ahead_per_worker: usize,
     pub(super) max_attempts: Option<u32>,
     /// A transactional SQLite queue: its handlers' transactions hold the write lock, so a lease
     /// extension in flight when a handler ends is not awaited (it waits for that very lock; once
@@ -67,9 +69,6 @@ pub(super) struct Live<DB: Backend, F: Form<DB>> {
     pub(super) shared: Shared<DB>,
     /// Where plain deliveries send their acks and drops, grouped (see `acks`).
     pub(super) acks: Option<mpsc::UnboundedSender<Ack<F::Hold>>>,
-    /// Acks in flight, at most one per worker: a delivery whose ack is in flight has given its
-    /// worker to the next row, and waits here when the acks fall behind.
-    pub(super) acks_in_flight: Semaphore,
     /// Deliveries of this queue cancelled at the shutdown timeout.
     pub(super) cancelled: AtomicU64,
     /// Of those, the ones whose row was released.
@@ -107,6 +106,7 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             label: config.label().into(),
             group: config.name.as_deref().map(Into::into),
             workers: config.workers,
+            ahead_per_worker: config.ahead_per_worker(),
             max_attempts: config.max_attempts(),
             abandon_extension: config.transactional && DB::DIALECT == Dialect::Sqlite,
             wake: crate::enqueue::wakes(&config.table.name, config.name.as_deref()),
@@ -115,7 +115,6 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             quarantine: Quarantine::default(),
             shared,
             acks,
-            acks_in_flight: Semaphore::new(config.workers),
             cancelled: AtomicU64::new(0),
             cancelled_released: AtomicU64::new(0),
             cancelled_unreleased: AtomicU64::new(0),

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx_queue::{Delivery, Error, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
-use crate::support::{Ctx, Spec, TestDb, recv};
+use crate::support::{Ctx, Spec, TestDb, recv, wait_for};
 
 /// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
 /// database's module).
@@ -300,8 +300,15 @@ pub(crate) async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart<DB: Te
         .await
         .unwrap();
     recv(&mut seen, "a delivery in work", 10).await;
+    // The two other ready rows are claimed ahead of the one worker: held as a delivery is.
+    wait_for(
+        "the rows claimed ahead",
+        Duration::from_secs(10),
+        || async { table.counts(&ctx.pool, inspect).await.unwrap().in_work == 3 },
+    )
+    .await;
     let counts = table.counts(&ctx.pool, inspect).await.unwrap();
-    assert_eq!((counts.ready, counts.in_work), (2, 1), "{counts:?}");
+    assert_eq!((counts.ready, counts.in_work), (0, 3), "{counts:?}");
     gate.add_permits(1000);
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;

@@ -37,6 +37,7 @@ pub(crate) use instantiate;
 mod examples;
 mod support;
 
+mod ahead;
 mod attempts;
 mod batch;
 mod custom_sql;
@@ -87,7 +88,7 @@ macro_rules! per_database {
         mod $db {
             modules!($ty:
                 lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
-                rows, identity, dead_table, custom_sql, refusals, unique,
+                rows, identity, dead_table, custom_sql, refusals, unique, ahead,
             );
             modules!($ty:
                 advisory => held(AdvisoryForm),

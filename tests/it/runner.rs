@@ -130,7 +130,8 @@ pub(crate) async fn shutdown_finishes_deliveries_in_work_and_leaves_no_lease<DB:
     for _ in 0..4 {
         recv(&mut started, "four deliveries in work", 10).await;
     }
-    assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 4);
+    // The four in work, and the six claimed ahead of the workers.
+    ctx.wait_count(&t, "locked_until IS NOT NULL", 10, 10).await;
 
     // The first poll of `shutdown` counts the deliveries in work and stops claiming.
     let mut shutdown = Box::pin(running.shutdown());
@@ -152,6 +153,11 @@ pub(crate) async fn shutdown_finishes_deliveries_in_work_and_leaves_no_lease<DB:
         ctx.count(&t, "attempt = 2").await,
         4,
         "the four were settled (retried)"
+    );
+    assert_eq!(
+        ctx.count(&t, "attempt = 1").await,
+        6,
+        "the six claimed ahead went back uncounted"
     );
     assert!(
         started.try_recv().is_err(),
@@ -184,9 +190,10 @@ pub(crate) async fn shutdown_cancels_handlers_at_its_timeout_and_releases_their_
         .await
         .expect("shutdown returns after its timeout")
         .unwrap();
+    // The four cancelled, and the two claimed ahead of the workers, unstarted.
     assert_eq!(
         (report.in_work, report.cancelled, report.released),
-        (4, 4, 4)
+        (4, 4, 6)
     );
     assert_eq!(
         ctx.count(&t, "locked_until IS NOT NULL").await,

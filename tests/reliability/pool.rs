@@ -165,10 +165,7 @@ async fn under_load<DB: TestDb, F: Form<DB>>(
     );
     assert_nothing_held::<DB, F>(ctx, &t, Some(&settled)).await;
     let left = ctx.count(&t, "1 = 1").await;
-    assert!(
-        left < ROWS as i64,
-        "nothing was handled of the second load"
-    );
+    assert!(left < ROWS as i64, "nothing was handled of the second load");
     format!(
         "{ROWS} rows drained in {:.2} s ({:.0}/s), shutdown under load returned in {} ms with {} \
          in work",

@@ -81,6 +81,10 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
         r#"DELETE FROM "jobs" WHERE "id" IN ($1, $2, $3, $4)"#
     );
     assert!(sql.count.is_none() && sql.count_many.is_none());
+    assert_eq!(
+        sql.restore_attempt.unwrap().text(),
+        r#"UPDATE "jobs" SET "attempt" = $1 WHERE "id" = $2"#
+    );
 
     let mut n = names(Dialect::MySql, Table::new("jobs"), true);
     n.attempt_max = 255; // a tinyint unsigned column

@@ -11,6 +11,7 @@
 //! The form's type, its [`Form`] impl and its settlement are here; taking and releasing a key
 //! (`take`) is beside it.
 
+pub(crate) mod grouped;
 mod keys;
 mod take;
 
@@ -55,46 +56,19 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         config: &QueueConfig,
         checked: Checked,
     ) -> Result<Self> {
-        let sql = dialect::advisory(&checked.names);
-        let mut statements = vec![&sql.take, &sql.finish];
-        match (&sql.lock_many, &sql.lock_many_excluding) {
-            (Some(lock), Some(excluding)) => statements.extend([lock, excluding]),
-            _ => statements.extend([&sql.candidates, &sql.candidates_excluding]),
-        }
-        statements.extend(sql.unlock.iter().chain(&sql.count).chain(&sql.retry_after));
-        statements.extend(sql.take_many.iter().chain(sql.finish_many.iter()));
-        statements.extend(sql.unlock_many.iter().flatten());
-        statements.extend(sql.count_many.iter().flatten());
-        super::schema::prepare_all::<DB>(conn, config, &statements).await?;
         let held = config.workers.saturating_mul(config.batch.unwrap_or(1));
-        Ok(AdvisoryForm {
-            window: i64::try_from(match DB::DIALECT {
-                Dialect::MySql => held.saturating_mul(2).saturating_add(16),
-                _ => held.saturating_mul(4).max(256),
-            })
-            .unwrap_or(i64::MAX),
-            keys: Keys::of(DB::DIALECT, &checked.identity.key),
-            begin_delivery: dialect::begin_delivery(
-                DB::DIALECT,
-                config.isolation,
-                config.sqlite_mode,
-                checked.server.checks_connection,
-            ),
-            sql,
-            checked,
-        })
+        Self::prepare_for::<DB>(conn, config, checked, held).await
     }
-
     /// Takes one row, on a connection that then holds its key.
     async fn claim(
         &self,
         conns: &Conns<DB>,
         _: usize,
         _: (usize, usize),
-        excluded: &[i64],
+        excluded: &(dyn Fn() -> Vec<i64> + Sync),
     ) -> Result<Vec<(ClaimedRow, Held<DB>)>, ClaimFailed> {
         let mut conn = HeldConn::new(conns.get().await?);
-        match self.take::<DB>(&mut conn, 1, excluded).await?.pop() {
+        match self.take::<DB>(&mut conn, 1, &excluded()).await?.pop() {
             Some(row) => {
                 let session = row.session;
                 Ok(vec![(row, Held::new(conn, session))])
@@ -162,7 +136,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         _: Option<HeldConn<DB>>,
     ) -> Result<()> {
         let mut conn = hold.into_conn(&self.checked.queue, id)?;
-        let settled = self.settle_on::<DB>(&mut conn, id, outcome).await;
+        let settled = self.settle_on::<DB>(&mut conn, id, outcome, false).await;
         conns.put_held(conn);
         settled
     }
@@ -174,7 +148,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         mut conn: HeldConn<DB>,
         _: bool,
     ) -> Result<Vec<Result<()>>, (Option<i64>, Error)> {
-        let results = self.settle_sets::<DB>(&mut conn, settlements).await;
+        let results = self.settle_sets::<DB>(&mut conn, settlements, false).await;
         conns.put_held(conn);
         Ok(results)
     }
@@ -193,6 +167,19 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
             },
             |()| true,
         )
+    }
+
+    async fn release_unstarted(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        attempt: Option<i64>,
+        mut hold: Held<DB>,
+    ) -> bool {
+        if let (Some(conn), Some(attempt)) = (hold.conn.as_mut(), attempt) {
+            self.uncount::<DB>(conn, id, attempt).await;
+        }
+        <Self as Form<DB>>::release(self, conns, id, hold).await
     }
 
     async fn release_batch(&self, conns: &Conns<DB>, ids: &[i64], mut conn: HeldConn<DB>) -> u64 {
@@ -224,14 +211,70 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
 }
 
 impl AdvisoryForm {
+    /// Renders and prepares the form's statements for a queue holding at most `held` rows at
+    /// once (which sizes the claim's window).
+    async fn prepare_for<DB: Backend>(
+        conn: &mut DB::Connection,
+        config: &QueueConfig,
+        checked: Checked,
+        held: usize,
+    ) -> Result<Self> {
+        let sql = dialect::advisory(&checked.names);
+        let mut statements = vec![&sql.take, &sql.finish];
+        match (&sql.lock_many, &sql.lock_many_excluding) {
+            (Some(lock), Some(excluding)) => statements.extend([lock, excluding]),
+            _ => statements.extend([&sql.candidates, &sql.candidates_excluding]),
+        }
+        statements.extend(sql.unlock.iter().chain(&sql.count).chain(&sql.retry_after));
+        statements.extend(sql.take_many.iter().chain(sql.finish_many.iter()));
+        statements.extend(sql.unlock_many.iter().flatten());
+        statements.extend(sql.count_many.iter().flatten());
+        statements.extend(sql.restore_attempt.iter());
+        super::schema::prepare_all::<DB>(conn, config, &statements).await?;
+        Ok(AdvisoryForm {
+            window: i64::try_from(match DB::DIALECT {
+                Dialect::MySql => held.saturating_mul(2).saturating_add(16),
+                _ => held.saturating_mul(4).max(256),
+            })
+            .unwrap_or(i64::MAX),
+            keys: Keys::of(DB::DIALECT, &checked.identity.key),
+            begin_delivery: dialect::begin_delivery(
+                DB::DIALECT,
+                config.isolation,
+                config.sqlite_mode,
+                checked.server.checks_connection,
+            ),
+            sql,
+            checked,
+        })
+    }
+
+    /// Sets row `id`'s attempt back to `attempt` (the count its claim read): a row claimed but
+    /// never delivered. A failure leaves it counted, which is logged.
+    async fn uncount<DB: Backend>(&self, conn: &mut HeldConn<DB>, id: i64, attempt: i64) {
+        let Some(stmt) = &self.sql.restore_attempt else {
+            return;
+        };
+        let args = Args {
+            id,
+            attempt,
+            ..Args::default()
+        };
+        if let Err(error) = execute::<DB>(conn, stmt, &args).await {
+            tracing::warn!(%error, id, "could not uncount the attempt of a row never delivered");
+        }
+    }
+
     /// Settles a batch on the session holding its keys: acks and drops with one statement (row
     /// by row if it fails, so each row's own statement says how it went), retries with none, and
     /// their keys released with one more; a delay, a dead letter or a custom statement row by
-    /// row, as a single delivery. One result per row, in order.
+    /// row, as a single delivery. One result per row, in order. `keep_failed`: as
+    /// [`settle_on`](Self::settle_on)'s.
     async fn settle_sets<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         settlements: &[(i64, Outcome)],
+        keep_failed: bool,
     ) -> Vec<Result<()>> {
         let checked = &self.checked;
         let mut results: Vec<Option<Result<()>>> = settlements.iter().map(|_| None).collect();
@@ -285,7 +328,7 @@ impl AdvisoryForm {
         }
         for (i, &(id, outcome)) in settlements.iter().enumerate() {
             if results[i].is_none() || failed.iter().any(|(f, _)| *f == i) {
-                results[i] = Some(self.settle_on::<DB>(conn, id, outcome).await);
+                results[i] = Some(self.settle_on::<DB>(conn, id, outcome, keep_failed).await);
             }
         }
         results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
@@ -293,12 +336,14 @@ impl AdvisoryForm {
 
     /// Settles row `id` on the session holding its key (each statement commits on its own, or
     /// with the delivery's transaction when `conn` is in one), then releases the key. A
-    /// statement that fails still releases the key, and the row returns as it was.
+    /// statement that fails still releases the key, and the row returns as it was — unless
+    /// `keep_failed`: the key is then kept for the caller to release (see `grouped`).
     async fn settle_on<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         id: i64,
         outcome: Outcome,
+        keep_failed: bool,
     ) -> Result<()> {
         let checked = &self.checked;
         let args = settlement_args(checked, id, outcome);
@@ -316,6 +361,9 @@ impl AdvisoryForm {
                 Ok(()) => conn.commit().await,
                 Err(error) => conn.rollback().await.and(Err(error)),
             };
+        }
+        if keep_failed && let Err(error) = settled {
+            return Err(error.into());
         }
         let unlocked = self.unlock::<DB>(conn, id).await;
         settled?;

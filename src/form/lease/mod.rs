@@ -73,8 +73,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             ));
         };
         let duration = *duration;
-        // One claim takes a row per free worker, or a batch.
-        let max_claim = config.workers.max(config.batch.unwrap_or(1)).min(MAX_CLAIM);
+        let max_claim = config.max_claim().min(MAX_CLAIM);
         let sql = dialect::lease(&checked.names, lease, max_claim);
         super::schema::prepare_all::<DB>(conn, config, &sql.statements()).await?;
         Ok(LeaseForm {
@@ -97,9 +96,9 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         conns: &Conns<DB>,
         want: usize,
         _: (usize, usize),
-        excluded: &[i64],
+        excluded: &(dyn Fn() -> Vec<i64> + Sync),
     ) -> Result<Vec<(ClaimedRow, Token)>, ClaimFailed> {
-        Ok(self.claim_each::<DB>(conns, want, excluded).await?)
+        Ok(self.claim_each::<DB>(conns, want, &excluded()).await?)
     }
 
     async fn claim_batch(
@@ -331,6 +330,33 @@ impl<DB: Backend> Form<DB> for LeaseForm {
                     lease expires");
                 false
             })
+    }
+
+    async fn release_unstarted(
+        &self,
+        conns: &Conns<DB>,
+        id: i64,
+        attempt: Option<i64>,
+        hold: Token,
+    ) -> bool {
+        let (Some(stmt), Some(attempt)) = (&self.sql.release_unstarted, attempt) else {
+            return <Self as Form<DB>>::release(self, conns, id, hold).await;
+        };
+        let args = Args {
+            id,
+            token: Some(hold.token),
+            attempt,
+            ..Args::default()
+        };
+        let released = on_conn(conns, async |conn| execute::<DB>(conn, stmt, &args).await).await;
+        released.map_or_else(
+            |error| {
+                tracing::warn!(%error, id, "could not release a row; it is released when its \
+                    lease expires");
+                false
+            },
+            |changed| changed == 1,
+        )
     }
 
     async fn release_batch(&self, conns: &Conns<DB>, ids: &[i64], tokens: Vec<Token>) -> u64 {

@@ -1,0 +1,195 @@
+// Rows a lease queue claims ahead of its workers: they start in claim order as workers free up,
+// a row whose lease was lost while it waited is not delivered, and rows still waiting when the
+// runner stops go back as they were, their attempt uncounted.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use tokio::sync::Notify;
+
+use crate::support::{Ctx, Spec, TestDb, wait_for};
+
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(ahead<$db>:
+            rows_claimed_ahead_start_in_claim_order_as_the_worker_frees,
+            a_row_whose_lease_was_lost_while_it_waited_is_not_delivered,
+            rows_waiting_at_shutdown_go_back_with_their_attempt_uncounted,
+        );
+    };
+}
+pub(crate) use tests;
+
+const ROWS: usize = 4;
+
+/// One worker whose first delivery waits for `go`; every delivery's id is recorded in `seen`.
+struct Gate {
+    seen: Arc<Mutex<Vec<i64>>>,
+    go: Arc<Notify>,
+}
+
+impl Gate {
+    fn new() -> Self {
+        Gate {
+            seen: Arc::default(),
+            go: Arc::new(Notify::new()),
+        }
+    }
+
+    fn seen(&self) -> Vec<i64> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    async fn start<DB: TestDb>(
+        &self,
+        ctx: &Ctx<DB>,
+        table: &str,
+        lease: Duration,
+    ) -> sqlx_queue::Running {
+        let (seen, go) = (Arc::clone(&self.seen), Arc::clone(&self.go));
+        let queue = Queue::table(Table::new(table))
+            .lease("locked_until")
+            .lease_duration(lease)
+            .attempt("attempt")
+            .handler(move |d: Delivery<DB>| {
+                let first = {
+                    let mut seen = seen.lock().unwrap();
+                    seen.push(d.id());
+                    seen.len() == 1
+                };
+                let go = Arc::clone(&go);
+                async move {
+                    if first {
+                        go.notified().await;
+                    }
+                    Outcome::ack()
+                }
+            });
+        Runner::new(ctx.pool.clone())
+            .poll_interval(Duration::from_millis(50))
+            .mount(queue)
+            .start()
+            .await
+            .unwrap()
+    }
+
+    /// Waits until the first delivery is in its handler and the other rows are claimed ahead
+    /// of the one worker (their lease taken, their attempt counted).
+    async fn wait_ahead<DB: TestDb>(&self, ctx: &Ctx<DB>, table: &str) {
+        wait_for("the first row in work", Duration::from_secs(10), || async {
+            self.seen().len() == 1
+        })
+        .await;
+        let ahead = "locked_until IS NOT NULL AND attempt = 2";
+        ctx.wait_count(table, ahead, ROWS as i64, 10).await;
+    }
+}
+
+async fn fill<DB: TestDb>(ctx: &Ctx<DB>, table: &str) -> Vec<i64> {
+    let mut ids = Vec::new();
+    for i in 0..ROWS {
+        let payload = format!("job {i}");
+        let job = Job::new(&payload);
+        ids.push(
+            DB::enqueue(&ctx.pool, &Table::new(table), job)
+                .await
+                .unwrap(),
+        );
+    }
+    ids
+}
+
+pub(crate) async fn rows_claimed_ahead_start_in_claim_order_as_the_worker_frees<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let ids = fill(&ctx, &t).await;
+    let gate = Gate::new();
+    let running = gate.start(&ctx, &t, Duration::from_secs(30)).await;
+
+    gate.wait_ahead(&ctx, &t).await;
+    assert_eq!(gate.seen(), ids[..1], "one worker, one row in work");
+    gate.go.notify_one();
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    assert_eq!(gate.seen(), ids, "each row once, in claim order");
+    let stats = running.shutdown().await.unwrap();
+    assert_eq!(stats.released, 0, "{stats:?}");
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_row_whose_lease_was_lost_while_it_waited_is_not_delivered<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let ids = fill(&ctx, &t).await;
+    let gate = Gate::new();
+    let lease = Duration::from_millis(400);
+    let running = gate.start(&ctx, &t, lease).await;
+
+    gate.wait_ahead(&ctx, &t).await;
+    // The rows ahead wait past their lease (the scenario's time, not a synchronisation) ...
+    tokio::time::sleep(lease).await;
+    // ... and another claim takes the second meanwhile, as one would once its lease expired.
+    let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
+    let steal = format!("UPDATE {t} SET locked_until = ? WHERE id = {}", ids[1]);
+    ctx.exec_time(&steal, later_claim).await;
+    gate.go.notify_one();
+
+    ctx.wait_count(&t, "1 = 1", 1, 10).await;
+    wait_for(
+        "the lost lease counted",
+        Duration::from_secs(10),
+        || async { running.stats().lease_lost == 1 },
+    )
+    .await;
+    let mut delivered = ids.clone();
+    delivered.remove(1);
+    assert_eq!(
+        gate.seen(),
+        delivered,
+        "the row claimed elsewhere was delivered"
+    );
+    let stolen = format!(
+        "id = {} AND locked_until IS NOT NULL AND attempt = 2",
+        ids[1]
+    );
+    assert_eq!(
+        ctx.count(&t, &stolen).await,
+        1,
+        "the other claim's row was touched"
+    );
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn rows_waiting_at_shutdown_go_back_with_their_attempt_uncounted<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let ids = fill(&ctx, &t).await;
+    let gate = Gate::new();
+    let running = gate.start(&ctx, &t, Duration::from_secs(30)).await;
+
+    gate.wait_ahead(&ctx, &t).await;
+    let stopping = tokio::spawn(running.shutdown());
+    // The rows waiting for the worker are released while the first one is still in work.
+    let back = "locked_until IS NULL AND attempt = 1";
+    ctx.wait_count(&t, back, ROWS as i64 - 1, 10).await;
+    gate.go.notify_one();
+    let stats = stopping.await.unwrap().unwrap();
+    assert_eq!((stats.in_work, stats.released), (1, 3), "{stats:?}");
+    ctx.wait_count(&t, "1 = 1", ROWS as i64 - 1, 10).await;
+    assert_eq!(ctx.count(&t, back).await, ROWS as i64 - 1);
+    assert_eq!(
+        gate.seen(),
+        ids[..1],
+        "a row delivered after shutdown began"
+    );
+    ctx.drop_tables().await;
+}
