@@ -52,6 +52,10 @@ pub(crate) enum Slot {
     NotifyPayload,
     /// A unique job's key.
     UniqueKey,
+    /// A schedule's name (periodic jobs).
+    Schedule,
+    /// A schedule's tick time.
+    Tick,
 }
 
 impl Slot {
@@ -66,7 +70,7 @@ impl Slot {
             | Slot::Key
             | Slot::KeyClass
             | Slot::Priority => ValueKind::I64,
-            Slot::Token | Slot::TokenAt(_) | Slot::NewToken | Slot::Now | Slot::At => {
+            Slot::Token | Slot::TokenAt(_) | Slot::NewToken | Slot::Now | Slot::At | Slot::Tick => {
                 ValueKind::Time
             }
             Slot::Group
@@ -74,7 +78,8 @@ impl Slot {
             | Slot::DeadGroup
             | Slot::NotifyTable
             | Slot::NotifyPayload
-            | Slot::UniqueKey => ValueKind::Text,
+            | Slot::UniqueKey
+            | Slot::Schedule => ValueKind::Text,
             Slot::Payload => ValueKind::Bytes,
         }
     }
@@ -186,6 +191,8 @@ pub(crate) struct Args<'a> {
     pub(crate) notify_table: Option<&'a str>,
     pub(crate) notify_payload: Option<&'a str>,
     pub(crate) unique_key: Option<&'a str>,
+    pub(crate) schedule: Option<&'a str>,
+    pub(crate) tick: Option<DateTime<Utc>>,
 }
 
 impl<'a> Args<'a> {
@@ -231,6 +238,8 @@ impl<'a> Args<'a> {
             Slot::NotifyTable => Value::Text(self.notify_table),
             Slot::NotifyPayload => Value::Text(Some(self.notify_payload.unwrap_or(""))),
             Slot::UniqueKey => Value::Text(self.unique_key),
+            Slot::Schedule => Value::Text(self.schedule),
+            Slot::Tick => Value::Time(self.tick),
         }
     }
 }

@@ -16,6 +16,7 @@ mod notify;
 mod policy;
 mod quarantine;
 mod queue;
+mod schedule;
 mod server;
 mod stats;
 
@@ -36,6 +37,8 @@ use crate::handler::Mount;
 use crate::table::Pooler;
 use launch::Launch;
 use queue::Shared;
+pub use schedule::{DEFAULT_SCHEDULES_TABLE, Missed, Schedule};
+use schedule::{Scheduled, Started};
 use stats::{Counters, QueueReport};
 pub use stats::{ShutdownReport, Stats};
 
@@ -78,6 +81,8 @@ pub struct Runner<DB: Backend> {
     poll_interval: Duration,
     shutdown_timeout: Duration,
     pooler: Pooler,
+    schedules: Vec<Scheduled>,
+    schedules_table: String,
 }
 
 impl<DB: Backend> Runner<DB> {
@@ -90,6 +95,8 @@ impl<DB: Backend> Runner<DB> {
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             pooler: Pooler::None,
+            schedules: Vec::new(),
+            schedules_table: DEFAULT_SCHEDULES_TABLE.to_owned(),
         }
     }
 
@@ -162,6 +169,7 @@ impl<DB: Backend> Runner<DB> {
         if let Some(error) = self.refused {
             return Err(error);
         }
+        schedule::check_names(&self.schedules)?;
         check_pool(&self.pool, &self.queues)?;
         for (config, _) in &mut self.queues {
             if self.pooler == Pooler::Transaction {
@@ -174,6 +182,13 @@ impl<DB: Backend> Runner<DB> {
         for (config, _) in &self.queues {
             server::check_engine(server.engine, config)?;
         }
+        let ticks = schedule::check(
+            &self.pool,
+            &mut self.schedules,
+            &self.schedules_table,
+            self.pooler,
+        )
+        .await?;
         let mut ready = Vec::with_capacity(self.queues.len());
         for (config, launch) in self.queues {
             let (identity, spawn) = launch
@@ -217,6 +232,14 @@ impl<DB: Backend> Runner<DB> {
                 background.push(tokio::spawn(notify::relay(listener, channels, stop)));
             }
         }
+        let schedules = schedule::Shared {
+            pool: self.pool.clone(),
+            clock: clock.clone(),
+            stats: Arc::clone(&shared.stats),
+            stop: shared.stop.clone(),
+            abort: shared.abort.clone(),
+        };
+        let schedules = Started::start(self.schedules, ticks, schedules).await?;
         let tasks = ready
             .into_iter()
             .map(|(config, _, spawn)| spawn.spawn(&config, shared.clone()))
@@ -241,6 +264,7 @@ impl<DB: Backend> Runner<DB> {
             abort: shared.abort,
             stats: shared.stats,
             tasks,
+            schedules,
             shutdown_timeout: self.shutdown_timeout,
         })
     }
@@ -314,6 +338,7 @@ pub struct Running {
     stop: CancellationToken,
     abort: CancellationToken,
     tasks: Vec<JoinHandle<QueueReport>>,
+    schedules: Started,
     stats: Arc<Counters>,
     shutdown_timeout: Duration,
 }
@@ -351,6 +376,7 @@ impl Running {
             tokio::time::sleep(timeout).await;
             abort.cancel();
         });
+        self.schedules.stopped().await;
         for task in tasks {
             match task.await {
                 Ok(queue) => report.add(&queue),
@@ -376,6 +402,7 @@ impl fmt::Debug for Running {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Running")
             .field("queues", &self.tasks.len())
+            .field("schedules", &self.schedules.names())
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }

@@ -59,7 +59,9 @@ impl Table {
             values.push(Value::Text(Some(&names.table)));
             values.push(Value::Text(Some("")));
         }
-        let text = unique_sql::insert(names, key_column, open.len());
+        let text = unique_sql::insert(names, key_column, open.len())
+            .text()
+            .to_owned();
         let bytes = text.len() + values.iter().map(Value::size).sum::<usize>();
         self.refuse_too_large::<DB>(bytes)?;
         let query = || {
