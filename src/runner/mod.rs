@@ -169,7 +169,6 @@ impl<DB: Backend> Runner<DB> {
         if let Some(error) = self.refused {
             return Err(error);
         }
-        schedule::check_names(&self.schedules)?;
         check_pool(&self.pool, &self.queues)?;
         for (config, _) in &mut self.queues {
             if self.pooler == Pooler::Transaction {
@@ -182,13 +181,7 @@ impl<DB: Backend> Runner<DB> {
         for (config, _) in &self.queues {
             server::check_engine(server.engine, config)?;
         }
-        let ticks = schedule::check(
-            &self.pool,
-            &mut self.schedules,
-            &self.schedules_table,
-            self.pooler,
-        )
-        .await?;
+        let ticks = self.check_schedules().await?;
         let mut ready = Vec::with_capacity(self.queues.len());
         for (config, launch) in self.queues {
             let (identity, spawn) = launch
@@ -212,6 +205,7 @@ impl<DB: Backend> Runner<DB> {
             abort: CancellationToken::new(),
             stats: Arc::new(Counters::default()),
         };
+        let schedules = Started::start(self.schedules, ticks, &shared, &clock).await?;
         let mut background = Vec::new();
         let mut channels: Vec<(String, String)> = ready
             .iter()
@@ -232,14 +226,6 @@ impl<DB: Backend> Runner<DB> {
                 background.push(tokio::spawn(notify::relay(listener, channels, stop)));
             }
         }
-        let schedules = schedule::Shared {
-            pool: self.pool.clone(),
-            clock: clock.clone(),
-            stats: Arc::clone(&shared.stats),
-            stop: shared.stop.clone(),
-            abort: shared.abort.clone(),
-        };
-        let schedules = Started::start(self.schedules, ticks, schedules).await?;
         let tasks = ready
             .into_iter()
             .map(|(config, _, spawn)| spawn.spawn(&config, shared.clone()))

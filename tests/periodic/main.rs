@@ -21,6 +21,7 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod example;
 mod three_runners;
 mod ticks;
 

@@ -67,7 +67,13 @@ async fn ten_seconds<DB: TestDb>() {
         ticks[0] > started && *ticks.last().unwrap() <= stopped,
         "{ticks:?}"
     );
-    assert_eq!(fired.iter().sum::<u64>(), ticks.len() as u64, "{fired:?}");
+    // Each runner's count is read before its shutdown, and may miss the tick it fires then.
+    let counted = fired.iter().sum::<u64>();
+    let jobs = ticks.len() as u64;
+    assert!(
+        counted <= jobs && counted + 3 >= jobs,
+        "{fired:?} for {jobs} jobs"
+    );
     ctx.drop_tables().await;
 }
 

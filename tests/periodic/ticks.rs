@@ -228,6 +228,16 @@ async fn restart<DB: TestDb>(
         },
     )
     .await;
+    // The counters follow the commits: wait until they count every job since the stop.
+    wait_for(
+        "the counters of the ticks fired",
+        Duration::from_secs(5),
+        || async {
+            let fired = queued(ctx, &t).await.iter().filter(|t| **t > last).count();
+            second.stats().ticks_fired == fired as u64
+        },
+    )
+    .await;
     let stats = second.stats();
     second.shutdown().await.unwrap();
     let ticks: Vec<_> = queued(ctx, &t)

@@ -22,7 +22,7 @@ use crate::backend::Backend;
 use crate::enqueue::Job;
 use crate::table::Table;
 
-pub(super) use start::{Scheduled, Shared, Started, check, check_names};
+pub(super) use start::{Scheduled, Started};
 
 /// The schedules table's name when [`Runner::schedules_table`] does not name one.
 pub const DEFAULT_SCHEDULES_TABLE: &str = "sqlx_queue_schedules";

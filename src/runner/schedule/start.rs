@@ -6,16 +6,15 @@
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
-use sqlx::Pool;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::Schedule;
 use super::run::{JobFn, Loop, NextTick};
 use crate::backend::{self, Backend, Clock};
 use crate::enqueue::{Job, Ticks};
 use crate::error::{Error, Result};
-use crate::runner::stats::Counters;
+use crate::runner::Runner;
+use crate::runner::queue::Shared;
 use crate::table::{Pooler, Table};
 
 /// The longest name a schedule takes: its jobs' unique key is the name and a tick time (up to 33
@@ -48,9 +47,42 @@ impl Scheduled {
     }
 }
 
-/// Refuses schedules that cannot work, before anything runs: a name that cannot be a
-/// schedule's or that the runner carries twice.
-pub(in crate::runner) fn check_names(schedules: &[Scheduled]) -> Result<()> {
+impl<DB: Backend> Runner<DB> {
+    /// Refuses schedules that cannot work — a name that cannot be a schedule's or that the
+    /// runner carries twice — and checks the schedules table and each schedule's job table on
+    /// the database: the statements a tick runs are prepared, so a missing table or column is an
+    /// [`Error::Schema`] at start. The schedules table's statements (`None` without schedules).
+    pub(in crate::runner) async fn check_schedules(&mut self) -> Result<Option<Ticks>> {
+        check_names(&self.schedules)?;
+        let Some(first) = self.schedules.first().map(Scheduled::label) else {
+            return Ok(None);
+        };
+        let pooled = self.pooler == Pooler::Transaction;
+        let ticks = Ticks::new(DB::DIALECT, &self.schedules_table, pooled)?;
+        let mut conn = self.pool.acquire().await?;
+        // Behind a transaction pooler the checks run in one transaction, on one server session.
+        if pooled {
+            backend::pin_checks::<DB>(&mut conn).await?;
+        }
+        let checked = async {
+            ticks.check::<DB>(&mut conn, &first).await?;
+            for s in &mut self.schedules {
+                if pooled {
+                    s.table.pooler = Pooler::Transaction;
+                }
+                s.table.check_ticks::<DB>(&mut conn, &s.label()).await?;
+            }
+            Ok::<_, Error>(())
+        }
+        .await;
+        if pooled {
+            backend::unpin_checks::<DB>(conn, checked.is_ok()).await?;
+        }
+        checked.map(|()| Some(ticks))
+    }
+}
+
+fn check_names(schedules: &[Scheduled]) -> Result<()> {
     for (i, s) in schedules.iter().enumerate() {
         let name = &s.name;
         let reason = if name.is_empty() {
@@ -69,56 +101,11 @@ pub(in crate::runner) fn check_names(schedules: &[Scheduled]) -> Result<()> {
     Ok(())
 }
 
-/// Checks the schedules table and each schedule's job table on the database: the statements a
-/// tick runs are prepared, so a missing table or column is an [`Error::Schema`] at start. The
-/// schedules table's statements (`None` without schedules).
-pub(in crate::runner) async fn check<DB: Backend>(
-    pool: &Pool<DB>,
-    schedules: &mut [Scheduled],
-    table: &str,
-    pooler: Pooler,
-) -> Result<Option<Ticks>> {
-    let Some(first) = schedules.first().map(Scheduled::label) else {
-        return Ok(None);
-    };
-    let pooled = pooler == Pooler::Transaction;
-    let ticks = Ticks::new(DB::DIALECT, table, pooled)?;
-    let mut conn = pool.acquire().await?;
-    // Behind a transaction pooler the checks run in one transaction, on one server session.
-    if pooled {
-        backend::pin_checks::<DB>(&mut conn).await?;
-    }
-    let checked = async {
-        ticks.check::<DB>(&mut conn, &first).await?;
-        for s in schedules.iter_mut() {
-            if pooled {
-                s.table.pooler = Pooler::Transaction;
-            }
-            s.table.check_ticks::<DB>(&mut conn, &s.label()).await?;
-        }
-        Ok::<_, Error>(())
-    }
-    .await;
-    if pooled {
-        backend::unpin_checks::<DB>(conn, checked.is_ok()).await?;
-    }
-    checked.map(|()| Some(ticks))
-}
-
 /// A runner's started schedules: the next tick of each, and their loops.
 #[derive(Debug, Default)]
 pub(in crate::runner) struct Started {
     next: Vec<(String, NextTick)>,
     tasks: Vec<JoinHandle<()>>,
-}
-
-/// What every schedule's loop shares with the runner.
-pub(in crate::runner) struct Shared<DB: Backend> {
-    pub(in crate::runner) pool: Pool<DB>,
-    pub(in crate::runner) clock: Clock,
-    pub(in crate::runner) stats: Arc<Counters>,
-    pub(in crate::runner) stop: CancellationToken,
-    pub(in crate::runner) abort: CancellationToken,
 }
 
 impl Started {
@@ -127,7 +114,8 @@ impl Started {
     pub(in crate::runner) async fn start<DB: Backend>(
         schedules: Vec<Scheduled>,
         ticks: Option<Ticks>,
-        shared: Shared<DB>,
+        shared: &Shared<DB>,
+        clock: &Clock,
     ) -> Result<Started> {
         let Some(ticks) = ticks else {
             return Ok(Started::default());
@@ -143,7 +131,7 @@ impl Started {
                 table: s.table,
                 job: s.job,
                 ticks: Arc::clone(&ticks),
-                clock: shared.clock.clone(),
+                clock: clock.clone(),
                 stats: Arc::clone(&shared.stats),
                 next: Arc::clone(&next),
             };

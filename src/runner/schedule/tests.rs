@@ -153,26 +153,25 @@ mod cron {
 
     #[test]
     fn a_step_skips_the_missing_hour_and_runs_in_both_passes_of_the_repeated_one() {
-        let half_hourly = Schedule::cron_in("0 */30 * * * *", "Europe/Berlin").unwrap();
-        // Spring: 01:30 CET, then 03:00 CEST (02:00 and 02:30 do not exist): an hour apart.
+        let two_hourly = Schedule::cron_in("0 0 */2 * * *", "Europe/Berlin").unwrap();
+        // Spring: 00:00 CET, then 02:00 does not exist, then 04:00 CEST: three hours apart.
         assert_eq!(
-            ticks(&half_hourly, "2026-03-29T00:15:00Z", 3),
+            ticks(&two_hourly, "2026-03-28T22:30:00Z", 3),
             [
-                "2026-03-29T00:30:00Z",
-                "2026-03-29T01:00:00Z",
-                "2026-03-29T01:30:00Z"
+                "2026-03-28T23:00:00Z",
+                "2026-03-29T02:00:00Z",
+                "2026-03-29T04:00:00Z"
             ]
         );
-        // Autumn: 02:00 and 02:30 CEST, then 02:00 and 02:30 CET: every 30 minutes of real
-        // time, each tick a distinct instant (and a distinct job key).
+        // Autumn: 00:00 CEST, 02:00 CEST, 02:00 CET (an hour later in real time), 04:00 CET:
+        // each tick a distinct instant (and a distinct job key).
         assert_eq!(
-            ticks(&half_hourly, "2026-10-24T23:45:00Z", 5),
+            ticks(&two_hourly, "2026-10-24T21:30:00Z", 4),
             [
+                "2026-10-24T22:00:00Z",
                 "2026-10-25T00:00:00Z",
-                "2026-10-25T00:30:00Z",
                 "2026-10-25T01:00:00Z",
-                "2026-10-25T01:30:00Z",
-                "2026-10-25T02:00:00Z"
+                "2026-10-25T03:00:00Z"
             ]
         );
     }
