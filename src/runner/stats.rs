@@ -67,7 +67,7 @@ pub struct Stats {
     pub ticks_fired_elsewhere: u64,
     /// Ticks this runner passed over: missed while no runner of their schedule ran and skipped
     /// by its policy, or reached by this runner only after a later tick (another runner may
-    /// have fired those).
+    /// have fired those); at most 10,000 at a time.
     pub ticks_missed: u64,
 }
 

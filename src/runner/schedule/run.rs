@@ -1,7 +1,8 @@
-//! One schedule's loop on one runner: wait for the next tick by the database's clock, fire it
-//! through the Enqueue layer (which keeps it to one job across every runner), and deal with
-//! ticks missed — before the runner started, or reached only after the tick that follows them
-//! (a pause, a stall) — by the schedule's [`Missed`] policy.
+//! One schedule's loop on one runner: wait for the next tick by the database's clock, and fire
+//! it through the Enqueue layer (which keeps it to one job across every runner). Ticks missed
+//! while no runner of the schedule ran are dealt with at start by the schedule's [`Missed`]
+//! policy; a tick this runner reaches only after the ticks that follow it (a pause, a stall)
+//! gives way to the latest of them, fired late.
 //!
 //! A tick is due once, for every runner: the first transaction to move the schedules table's
 //! `last_tick` to it enqueues its job, any other finds it fired (logged at info). No lock is held
@@ -30,8 +31,9 @@ pub(super) type JobFn = Arc<dyn Fn(DateTime<Utc>) -> Job<'static> + Send + Sync>
 /// The tick a schedule's loop waits for, shared with `Running::next_tick`.
 pub(super) type NextTick = Arc<Mutex<Option<DateTime<Utc>>>>;
 
-/// How many missed ticks are counted at most, one by one (a cron schedule's).
-const COUNT_MAX: u64 = 100_000;
+/// How many missed ticks are counted at most (a cron schedule's one by one: at start, after a
+/// long downtime of a schedule of seconds, this bounds the search).
+const COUNT_MAX: u64 = 10_000;
 
 /// The first wait after a tick failed for the database's reason; it doubles up to `RETRY_MAX`.
 const RETRY_MIN: Duration = Duration::from_millis(50);
