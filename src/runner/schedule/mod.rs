@@ -183,6 +183,10 @@ impl<DB: Backend> Runner<DB> {
     /// `name@tick` (`nightly@2026-03-29T01:00:00Z`). The schedules table
     /// ([`schedules_table`](Runner::schedules_table)) records each schedule's last tick.
     ///
+    /// `job` is called once per tick, by the runner that fires it, inside the tick's
+    /// transaction: keep it quick and free of side effects. One that panics leaves the tick
+    /// without a job (logged at error), as a job the table refuses does.
+    ///
     /// A name that cannot be a schedule's (empty, longer than 200 characters, with a NUL
     /// character) or that the runner carries twice is refused by [`start`](Runner::start), as a
     /// table without a unique key column is.
