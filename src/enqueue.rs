@@ -54,6 +54,11 @@ fn rendered(dialect: Dialect, table: &Table) -> Result<Arc<EnqueueSql>> {
     Ok(sql)
 }
 
+/// `stmt` with `args` bound, prepared unless the statement runs unprepared.
+fn bound<DB: Backend>(stmt: &dialect::Stmt, args: &Args<'_>) -> backend::Q<DB> {
+    backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
+}
+
 /// A job to enqueue: its payload, the group (queue) it is for, and an optional delay.
 ///
 /// # Examples

@@ -12,9 +12,9 @@
 use chrono::{DateTime, SecondsFormat, Utc};
 use sqlx::Connection as _;
 
-use super::Job;
 use super::unique_job::Enqueued;
-use crate::backend::{self, Backend};
+use super::{Job, bound};
+use crate::backend::Backend;
 use crate::dialect::{self, Args, Names, Stmt, TickSql, unique_sql};
 use crate::error::{Error, Result, SchemaError};
 use crate::table::{Dialect, Table};
@@ -83,7 +83,7 @@ impl Ticks {
             schedule: Some(name),
             ..Args::default()
         };
-        let rows = DB::fetch_all(conn, run::<DB>(&self.sql.last, &args)).await?;
+        let rows = DB::fetch_all(conn, bound::<DB>(&self.sql.last, &args)).await?;
         // A row deleted since the insert: the schedule starts anew.
         rows.first()
             .map(|row| DB::get_time(row, 0))
@@ -103,7 +103,7 @@ impl Ticks {
             tick: Some(at),
             ..Args::default()
         };
-        match DB::execute(conn, run::<DB>(&self.sql.seed, &args)).await {
+        match DB::execute(conn, bound::<DB>(&self.sql.seed, &args)).await {
             Ok(n) => Ok(n > 0),
             // MySQL/MariaDB: the row is there (an error that ends the statement alone, not the
             // transaction it may run in).
@@ -177,7 +177,7 @@ impl Table {
             tick: Some(tick),
             ..Args::default()
         };
-        let advanced = DB::execute(&mut tx, run::<DB>(&ticks.sql.advance, &args)).await? > 0;
+        let advanced = DB::execute(&mut tx, bound::<DB>(&ticks.sql.advance, &args)).await? > 0;
         // A schedule whose row was deleted while it ran: the first tick puts it back.
         if !advanced && !ticks.seed::<DB>(&mut tx, name, tick).await? {
             tx.rollback().await?;
@@ -194,10 +194,6 @@ impl Table {
         tx.commit().await?;
         Ok(Fired::Enqueued(done[0]))
     }
-}
-
-fn run<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> backend::Q<DB> {
-    backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
 }
 
 async fn prepare<DB: Backend>(conn: &mut DB::Connection, stmt: &Stmt) -> sqlx::Result<()> {
