@@ -5,6 +5,7 @@
 //! in-process wake-ups are apart in `wake`, where the runner registers its queues too.
 
 mod refuse;
+mod tick;
 mod unique;
 mod unique_job;
 mod wake;
@@ -21,6 +22,7 @@ use crate::dialect::{self, Args, EnqueueSql, Names};
 use crate::error::{Error, Result};
 use crate::table::{Dialect, Table, Value};
 
+pub(crate) use tick::{Fired, Ticks};
 pub use unique_job::{Enqueued, OnDuplicate, UniqueJob};
 pub(crate) use wake::{wake, wakes};
 
@@ -50,6 +52,11 @@ fn rendered(dialect: Dialect, table: &Table) -> Result<Arc<EnqueueSql>> {
     }
     cache.insert(key, Arc::clone(&sql));
     Ok(sql)
+}
+
+/// `stmt` with `args` bound, prepared unless the statement runs unprepared.
+fn bound<DB: Backend>(stmt: &dialect::Stmt, args: &Args<'_>) -> backend::Q<DB> {
+    backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
 }
 
 /// A job to enqueue: its payload, the group (queue) it is for, and an optional delay.

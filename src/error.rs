@@ -198,6 +198,17 @@ pub enum Error {
         id: u64,
     },
 
+    /// A periodic job's schedule that does not parse: a cron expression (or the time zone it is
+    /// read in) that [`Schedule::cron`](crate::Schedule::cron) or
+    /// [`Schedule::cron_in`](crate::Schedule::cron_in) refused.
+    #[error("schedule {expression:?}: {reason}")]
+    InvalidSchedule {
+        /// The expression as given.
+        expression: String,
+        /// What is wrong with it, in words.
+        reason: String,
+    },
+
     /// An error from the database driver.
     #[error(transparent)]
     Database(#[from] sqlx::Error),

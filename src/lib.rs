@@ -28,7 +28,8 @@ pub use handler::{BatchHandler, Handler, IntoOutcome, Mount, RowHandler};
 pub use inspect::{Counts, Inspect};
 pub use queue::{Queue, state};
 pub use runner::{
-    DEFAULT_POLL_INTERVAL, DEFAULT_SHUTDOWN_TIMEOUT, Runner, Running, ShutdownReport, Stats,
+    DEFAULT_POLL_INTERVAL, DEFAULT_SCHEDULES_TABLE, DEFAULT_SHUTDOWN_TIMEOUT, Missed, Runner,
+    Running, Schedule, ShutdownReport, Stats,
 };
 pub use table::{DeadLetter, PayloadType, Pooler, Table};
 

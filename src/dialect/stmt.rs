@@ -54,6 +54,10 @@ pub(crate) enum Slot {
     UniqueKey,
     /// A row's attempt count as its claim read it, before counting (a release that uncounts).
     Attempt,
+    /// A schedule's name (periodic jobs).
+    Schedule,
+    /// A schedule's tick time.
+    Tick,
 }
 
 impl Slot {
@@ -69,7 +73,7 @@ impl Slot {
             | Slot::KeyClass
             | Slot::Priority
             | Slot::Attempt => ValueKind::I64,
-            Slot::Token | Slot::TokenAt(_) | Slot::NewToken | Slot::Now | Slot::At => {
+            Slot::Token | Slot::TokenAt(_) | Slot::NewToken | Slot::Now | Slot::At | Slot::Tick => {
                 ValueKind::Time
             }
             Slot::Group
@@ -77,7 +81,8 @@ impl Slot {
             | Slot::DeadGroup
             | Slot::NotifyTable
             | Slot::NotifyPayload
-            | Slot::UniqueKey => ValueKind::Text,
+            | Slot::UniqueKey
+            | Slot::Schedule => ValueKind::Text,
             Slot::Payload => ValueKind::Bytes,
         }
     }
@@ -190,6 +195,8 @@ pub(crate) struct Args<'a> {
     pub(crate) notify_payload: Option<&'a str>,
     pub(crate) unique_key: Option<&'a str>,
     pub(crate) attempt: i64,
+    pub(crate) schedule: Option<&'a str>,
+    pub(crate) tick: Option<DateTime<Utc>>,
 }
 
 impl<'a> Args<'a> {
@@ -236,6 +243,8 @@ impl<'a> Args<'a> {
             Slot::NotifyPayload => Value::Text(Some(self.notify_payload.unwrap_or(""))),
             Slot::UniqueKey => Value::Text(self.unique_key),
             Slot::Attempt => Value::I64(self.attempt),
+            Slot::Schedule => Value::Text(self.schedule),
+            Slot::Tick => Value::Time(self.tick),
         }
     }
 }

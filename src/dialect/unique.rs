@@ -14,7 +14,7 @@ use super::{Dialect, Names, Slot, SqlWriter, Stmt};
 /// partial on `processed_at IS NULL` where the table keeps finished rows, which a plain unique
 /// index satisfies too); on a notifying PostgreSQL table the notification's two values follow.
 /// MySQL/MariaDB inserts every row or, on a taken key, none (error 1062).
-pub(crate) fn insert(n: &Names, key: &str, rows: usize) -> String {
+pub(crate) fn insert(n: &Names, key: &str, rows: usize) -> Stmt {
     let mut w = n.writer();
     w.push("INSERT INTO ")
         .push(&n.table)
@@ -42,7 +42,7 @@ pub(crate) fn insert(n: &Names, key: &str, rows: usize) -> String {
         w.push(", ").param(Slot::UniqueKey).push(")");
     }
     if n.dialect == Dialect::MySql {
-        return w.finish().text().to_owned();
+        return w.finish();
     }
     w.push(" ON CONFLICT (").push(key).push(")");
     if let Some(processed_at) = &n.processed_at {
@@ -52,7 +52,7 @@ pub(crate) fn insert(n: &Names, key: &str, rows: usize) -> String {
     as_i64(&mut w, &n.id);
     w.push(" AS id, ").push(key).push(" AS k");
     if !(n.notify && n.dialect == Dialect::Postgres) {
-        return w.finish().text().to_owned();
+        return w.finish();
     }
     let mut out = n.writer();
     out.push("WITH ins AS (");
@@ -62,7 +62,7 @@ pub(crate) fn insert(n: &Names, key: &str, rows: usize) -> String {
     out.push(", ")
         .param(Slot::NotifyPayload)
         .push(")) SELECT ins.id, ins.k FROM ins, n");
-    out.finish().text().to_owned()
+    out.finish()
 }
 
 /// `SELECT id, key[, created_at] FROM t WHERE key IN (..) [AND processed_at IS NULL]`: the
@@ -195,11 +195,11 @@ mod tests {
     fn the_insert_passes_over_a_taken_key() {
         let t = Table::new("jobs").unique_key("k").processed_at("done");
         assert_eq!(
-            insert(&names(Dialect::Postgres, t.clone()), "\"k\"", 2),
+            insert(&names(Dialect::Postgres, t.clone()), "\"k\"", 2).text(),
             r#"INSERT INTO "jobs" ("payload", "k") VALUES ($1, $2), ($3, $4) ON CONFLICT ("k") WHERE "done" IS NULL DO NOTHING RETURNING CAST("id" AS BIGINT) AS id, "k" AS k"#
         );
         assert_eq!(
-            insert(&names(Dialect::MySql, t), "`k`", 1),
+            insert(&names(Dialect::MySql, t), "`k`", 1).text(),
             "INSERT INTO `jobs` (`payload`, `k`) VALUES (?, ?)"
         );
     }

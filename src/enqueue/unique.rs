@@ -98,6 +98,25 @@ impl Table {
         DB: Backend,
         A: Acquire<'c, Database = DB>,
     {
+        let (names, key_column) = self.unique_names::<DB>(jobs)?;
+        let mut conn = conn.acquire().await?;
+        self.rounds::<DB>(&mut conn, &names, &key_column, jobs)
+            .await
+    }
+
+    /// [`enqueue_many_unique`](Table::enqueue_many_unique) on a connection (a transaction of the
+    /// crate's own: a periodic job's tick).
+    pub(super) async fn many_unique_on<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        jobs: &[UniqueJob<'_>],
+    ) -> Result<Vec<Enqueued>> {
+        let (names, key_column) = self.unique_names::<DB>(jobs)?;
+        self.rounds::<DB>(conn, &names, &key_column, jobs).await
+    }
+
+    /// The table's names and its quoted unique key column, once `jobs` are found fit for it.
+    fn unique_names<DB: Backend>(&self, jobs: &[UniqueJob<'_>]) -> Result<(Names, String)> {
         let names = Names::of_table(DB::DIALECT, self)?;
         let Some(key_column) = names.unique_key.clone() else {
             return Err(Error::invalid_job(
@@ -122,7 +141,18 @@ impl Table {
                 ),
             ));
         }
-        let mut conn = conn.acquire().await?;
+        Ok((names, key_column))
+    }
+
+    /// The rounds of one enqueue: insert the free keys, meet the holders of the others, and go
+    /// round again for a key freed meanwhile.
+    async fn rounds<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        names: &Names,
+        key_column: &str,
+        jobs: &[UniqueJob<'_>],
+    ) -> Result<Vec<Enqueued>> {
         let clock = Clock::default();
         let mut done: Vec<Option<Enqueued>> = vec![None; jobs.len()];
         for _ in 0..ROUNDS {
@@ -140,7 +170,7 @@ impl Table {
                 break;
             }
             let inserted = self
-                .insert_free::<DB>(&mut conn, &names, &key_column, jobs, &open, &clock)
+                .insert_free::<DB>(conn, names, key_column, jobs, &open, &clock)
                 .await?;
             for &i in &open {
                 if let Some(id) = inserted.get(jobs[i].key()) {
@@ -152,14 +182,12 @@ impl Table {
                 continue;
             }
             let keys: Vec<&str> = taken.iter().map(|&i| jobs[i].key()).collect();
-            let holders = self
-                .holders::<DB>(&mut conn, &names, &key_column, &keys)
-                .await?;
+            let holders = self.holders::<DB>(conn, names, key_column, &keys).await?;
             for i in taken {
                 // A key freed since the insert goes round again.
                 if let Some(holder) = holders.get(jobs[i].key()) {
                     done[i] = Some(
-                        self.meet::<DB>(&mut conn, &names, &jobs[i], holder, &clock)
+                        self.meet::<DB>(conn, names, &jobs[i], holder, &clock)
                             .await?,
                     );
                 }

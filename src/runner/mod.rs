@@ -17,6 +17,7 @@ mod notify;
 mod policy;
 mod quarantine;
 mod queue;
+mod schedule;
 mod server;
 mod stats;
 
@@ -37,6 +38,8 @@ use crate::handler::Mount;
 use crate::table::Pooler;
 use launch::Launch;
 use queue::Shared;
+pub use schedule::{DEFAULT_SCHEDULES_TABLE, Missed, Schedule};
+use schedule::{Scheduled, Started};
 use stats::{Counters, QueueReport};
 pub use stats::{ShutdownReport, Stats};
 
@@ -79,6 +82,8 @@ pub struct Runner<DB: Backend> {
     poll_interval: Duration,
     shutdown_timeout: Duration,
     pooler: Pooler,
+    schedules: Vec<Scheduled>,
+    schedules_table: String,
 }
 
 impl<DB: Backend> Runner<DB> {
@@ -91,6 +96,8 @@ impl<DB: Backend> Runner<DB> {
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             pooler: Pooler::None,
+            schedules: Vec::new(),
+            schedules_table: DEFAULT_SCHEDULES_TABLE.to_owned(),
         }
     }
 
@@ -175,6 +182,7 @@ impl<DB: Backend> Runner<DB> {
         for (config, _) in &self.queues {
             server::check_engine(server.engine, config)?;
         }
+        let ticks = self.check_schedules().await?;
         let mut ready = Vec::with_capacity(self.queues.len());
         for (config, launch) in self.queues {
             let (identity, spawn) = launch
@@ -198,6 +206,7 @@ impl<DB: Backend> Runner<DB> {
             abort: CancellationToken::new(),
             stats: Arc::new(Counters::default()),
         };
+        let schedules = Started::start(self.schedules, ticks, &shared, &clock).await?;
         let mut background = Vec::new();
         let mut channels: Vec<(String, String)> = ready
             .iter()
@@ -242,6 +251,7 @@ impl<DB: Backend> Runner<DB> {
             abort: shared.abort,
             stats: shared.stats,
             tasks,
+            schedules,
             shutdown_timeout: self.shutdown_timeout,
         })
     }
@@ -315,6 +325,7 @@ pub struct Running {
     stop: CancellationToken,
     abort: CancellationToken,
     tasks: Vec<JoinHandle<QueueReport>>,
+    schedules: Started,
     stats: Arc<Counters>,
     shutdown_timeout: Duration,
 }
@@ -352,6 +363,7 @@ impl Running {
             tokio::time::sleep(timeout).await;
             abort.cancel();
         });
+        self.schedules.stopped().await;
         for task in tasks {
             match task.await {
                 Ok(queue) => report.add(&queue),
@@ -377,6 +389,7 @@ impl fmt::Debug for Running {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Running")
             .field("queues", &self.tasks.len())
+            .field("schedules", &self.schedules.names())
             .field("stats", &self.stats())
             .finish_non_exhaustive()
     }

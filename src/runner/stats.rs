@@ -61,6 +61,14 @@ pub struct Stats {
     pub panicked: u64,
     /// Rows released unsettled (shutdown, cancellation).
     pub released: u64,
+    /// Ticks of this runner's schedules whose job this runner enqueued.
+    pub ticks_fired: u64,
+    /// Ticks this runner reached that another runner had fired (logged at info).
+    pub ticks_fired_elsewhere: u64,
+    /// Ticks this runner passed over: missed while no runner of their schedule ran and skipped
+    /// by its policy, or reached by this runner only after a later tick (another runner may
+    /// have fired those); at most 10,000 at a time.
+    pub ticks_missed: u64,
 }
 
 /// The runner's counters, shared by its queues.
@@ -77,6 +85,9 @@ pub(crate) struct Counters {
     pub(super) failed: AtomicU64,
     pub(super) panicked: AtomicU64,
     pub(super) released: AtomicU64,
+    pub(super) ticks_fired: AtomicU64,
+    pub(super) ticks_fired_elsewhere: AtomicU64,
+    pub(super) ticks_missed: AtomicU64,
 }
 
 impl Counters {
@@ -96,6 +107,9 @@ impl Counters {
             failed: get(&self.failed),
             panicked: get(&self.panicked),
             released: get(&self.released),
+            ticks_fired: get(&self.ticks_fired),
+            ticks_fired_elsewhere: get(&self.ticks_fired_elsewhere),
+            ticks_missed: get(&self.ticks_missed),
         }
     }
 }

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use chrono::{DateTime, TimeDelta, Utc};
 use sqlx::{AssertSqlSafe, SqlSafeStr as _};
 
+use super::super::bound;
 use super::super::unique_job::{Enqueued, OnDuplicate, UniqueJob};
 use crate::backend::{self, Backend, Clock, InsertFailed};
 use crate::dialect::{self, Args, Change, Names, unique_sql};
@@ -59,7 +60,9 @@ impl Table {
             values.push(Value::Text(Some(&names.table)));
             values.push(Value::Text(Some("")));
         }
-        let text = unique_sql::insert(names, key_column, open.len());
+        let text = unique_sql::insert(names, key_column, open.len())
+            .text()
+            .to_owned();
         let bytes = text.len() + values.iter().map(Value::size).sum::<usize>();
         self.refuse_too_large::<DB>(bytes)?;
         let query = || {
@@ -182,13 +185,13 @@ impl Table {
         };
         let lock = unique_sql::lock(names);
         let changed = match &lock {
-            None => DB::execute(conn, run::<DB>(&update, &args)).await?,
+            None => DB::execute(conn, bound::<DB>(&update, &args)).await?,
             Some(lock) => {
                 // MySQL/MariaDB: the row's lock first, passed over when a claim holds it.
                 let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-                let locked = backend::fetch_i64::<DB>(&mut *tx, run::<DB>(lock, &args)).await?;
+                let locked = backend::fetch_i64::<DB>(&mut *tx, bound::<DB>(lock, &args)).await?;
                 let changed = match locked {
-                    Some(_) => DB::execute(&mut *tx, run::<DB>(&update, &args)).await?,
+                    Some(_) => DB::execute(&mut *tx, bound::<DB>(&update, &args)).await?,
                     None => 0,
                 };
                 tx.commit().await?;
@@ -244,8 +247,4 @@ fn first_due(job: &UniqueJob<'_>, clock: &Clock) -> Option<DateTime<Utc>> {
         OnDuplicate::Debounce { wait, .. } => Some(clock.after(wait)),
         _ => job.job.delay.map(|delay| clock.after(delay)),
     }
-}
-
-fn run<DB: Backend>(stmt: &dialect::Stmt, args: &Args<'_>) -> backend::Q<DB> {
-    backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
 }
