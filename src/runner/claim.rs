@@ -86,6 +86,7 @@ impl Pace {
                 return !q.stopping();
             }
         }
+        q.observe.claim_failed();
         q.conns.clear();
         let wait = self.backoff;
         self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);

@@ -13,6 +13,7 @@ mod deliver;
 mod keeper;
 mod launch;
 mod notify;
+mod observe;
 mod policy;
 mod quarantine;
 mod queue;
@@ -78,6 +79,9 @@ pub struct Runner<DB: Backend> {
     poll_interval: Duration,
     shutdown_timeout: Duration,
     pooler: Pooler,
+    /// How often each queue's depth and oldest ready job's age are read into gauges.
+    #[cfg(feature = "metrics")]
+    gauges: Option<Duration>,
 }
 
 impl<DB: Backend> Runner<DB> {
@@ -90,7 +94,40 @@ impl<DB: Backend> Runner<DB> {
             poll_interval: DEFAULT_POLL_INTERVAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             pooler: Pooler::None,
+            #[cfg(feature = "metrics")]
+            gauges: None,
         }
+    }
+
+    /// Reads each queue's depth every `every` into two gauges (`metrics` feature): the jobs
+    /// claimable now (`sqlx_queue_ready_jobs`) and the age of the oldest of them
+    /// (`sqlx_queue_oldest_ready_age_seconds`, where the table has a
+    /// [`created_at`](crate::Table::created_at) column; 0 when nothing is ready). One statement
+    /// per queue and reading, `SELECT COUNT(*), MIN(created_at) .. WHERE <claimable>`, which the
+    /// claim's index serves: its cost grows with the ready rows it counts. Off by default.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn run(pool: sqlx::SqlitePool) {
+    /// use std::time::Duration;
+    /// let runner = sqlx_queue::Runner::new(pool).queue_gauges(Duration::from_secs(15));
+    /// # let _ = runner;
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// `every` is zero.
+    #[cfg(feature = "metrics")]
+    #[track_caller]
+    pub fn queue_gauges(mut self, every: Duration) -> Self {
+        assert!(
+            !every.is_zero(),
+            "queue_gauges needs an interval of more than zero"
+        );
+        self.gauges = Some(every);
+        self
     }
 
     /// Says what stands between this runner's pool and the database server (default
@@ -196,6 +233,9 @@ impl<DB: Backend> Runner<DB> {
             stop: CancellationToken::new(),
             abort: CancellationToken::new(),
             stats: Arc::new(Counters::default()),
+            clock: clock.clone(),
+            #[cfg(feature = "metrics")]
+            gauges: self.gauges,
         };
         let mut background = Vec::new();
         let mut channels: Vec<(String, String)> = ready
