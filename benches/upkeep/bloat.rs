@@ -19,11 +19,14 @@ struct Sample {
     index_pages: i64,
 }
 
+/// A form, a fillfactor and whether `xmin` is held, and what its drains measured.
+type Cell = ((String, u8, bool), Vec<Sample>);
+
 pub(crate) async fn run(options: &Options) {
     let Some(url) = url::<Postgres>() else { return };
     let admin = Postgres::connect(&url, 2).await.expect("a pool");
     let name = table_name();
-    let mut cells: Vec<((String, u8, bool), Vec<Sample>)> = Vec::new();
+    let mut cells: Vec<Cell> = Vec::new();
     for form in &options.forms {
         for &fillfactor in &options.fillfactors {
             for xmin in [false, true] {
@@ -127,7 +130,7 @@ async fn one(
     })
 }
 
-fn report(options: &Options, cells: &[((String, u8, bool), Vec<Sample>)]) {
+fn report(options: &Options, cells: &[Cell]) {
     println!(
         "PostgreSQL, {} rows, {} workers, {} round(s): jobs/s median (best), and with xmin held \
          ÷ without",

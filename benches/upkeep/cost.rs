@@ -3,15 +3,18 @@
 use metrics_exporter_prometheus::PrometheusBuilder;
 use sqlx_queue::{Delivery, Outcome, Queue, Runner, Table};
 
-use crate::drain::{BenchDb, QUEUE, drain, fill, table_name, url};
+use crate::drain::{BenchDb, QUEUE, cpu_ticks, drain, fill, table_name, url};
 use crate::{Options, median_best};
 
 pub(crate) async fn run(options: &Options) {
     if !cfg!(feature = "metrics") {
         eprintln!("cost: built without the `metrics` feature: the runner records nothing");
     }
-    println!("| database | side | jobs/s median (best) | ÷ plain median (best) |");
-    println!("|---|---|---:|---:|");
+    println!(
+        "| database | side | jobs/s median (best) | ÷ plain median (best) | client CPU ms per \
+         1,000 jobs (median) |"
+    );
+    println!("|---|---|---:|---:|---:|");
     for db in &options.dbs {
         match db.as_str() {
             "postgres" | "pg" => database::<sqlx::Postgres>(options).await,
@@ -33,6 +36,7 @@ async fn database<DB: BenchDb>(options: &Options) {
         .iter()
         .map(|s| (s.clone(), Vec::new()))
         .collect();
+    let mut cpu_ms: std::collections::HashMap<String, Vec<f64>> = Default::default();
     for round in 1..=options.rounds {
         for (side, samples) in &mut rates {
             let recorded = side == "recorded";
@@ -51,10 +55,20 @@ async fn database<DB: BenchDb>(options: &Options) {
                 .handler(|_: Delivery<DB>| std::future::ready(Outcome::ack()));
             let runner = Runner::new(pool.clone()).mount(queue);
             let with = recorded.then_some(&recorder as &dyn metrics::Recorder);
+            let cpu = cpu_ticks();
             match drain(&pool, &name, runner, options.rows, options.cap, with).await {
                 Ok(rate) => {
-                    eprintln!("cost {} round {round} {side}: {rate:.0} jobs/s", DB::ID);
+                    // Client CPU per 1,000 jobs (ticks of 10 ms), steadier than the rate on a
+                    // shared machine.
+                    let ms = cpu.zip(cpu_ticks()).map_or(f64::NAN, |(a, b)| {
+                        (b - a) as f64 * 10.0 * 1000.0 / options.rows as f64
+                    });
+                    eprintln!(
+                        "cost {} round {round} {side}: {rate:.0} jobs/s, {ms:.1} ms CPU per 1,000",
+                        DB::ID
+                    );
                     samples.push(rate);
+                    cpu_ms.entry(side.clone()).or_default().push(ms);
                 }
                 Err(e) => eprintln!("cost {} round {round} {side}: FAILED {e}", DB::ID),
             }
@@ -70,8 +84,9 @@ async fn database<DB: BenchDb>(options: &Options) {
             Some((pm, pb)) => format!("{:.3}x ({:.3}x)", median / pm, best / pb),
             None => "—".to_owned(),
         };
+        let cpu = cpu_ms.get(side).map_or(f64::NAN, |ms| median_best(ms).0);
         println!(
-            "| {} | {side} | {median:.0} ({best:.0}) | {ratio} |",
+            "| {} | {side} | {median:.0} ({best:.0}) | {ratio} | {cpu:.1} |",
             DB::ID
         );
     }

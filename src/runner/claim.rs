@@ -69,6 +69,7 @@ impl Pace {
         q: &Live<DB, F>,
         failed: ClaimFailed,
     ) -> bool {
+        q.observe.claim_failed();
         if failed.is_row_error() && self.isolated < Self::MAX_ISOLATED {
             let row = match failed.row {
                 Some(id) => Some(id),
@@ -86,7 +87,6 @@ impl Pace {
                 return !q.stopping();
             }
         }
-        q.observe.claim_failed();
         q.conns.clear();
         let wait = self.backoff;
         self.backoff = (self.backoff * 2).min(Self::MAX_BACKOFF);

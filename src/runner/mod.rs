@@ -99,37 +99,6 @@ impl<DB: Backend> Runner<DB> {
         }
     }
 
-    /// Reads each queue's depth every `every` into two gauges (`metrics` feature): the jobs
-    /// claimable now (`sqlx_queue_ready_jobs`) and the age of the oldest of them
-    /// (`sqlx_queue_oldest_ready_age_seconds`, where the table has a
-    /// [`created_at`](crate::Table::created_at) column; 0 when nothing is ready). One statement
-    /// per queue and reading, `SELECT COUNT(*), MIN(created_at) .. WHERE <claimable>`, which the
-    /// claim's index serves: its cost grows with the ready rows it counts. Off by default.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # fn run(pool: sqlx::SqlitePool) {
-    /// use std::time::Duration;
-    /// let runner = sqlx_queue::Runner::new(pool).queue_gauges(Duration::from_secs(15));
-    /// # let _ = runner;
-    /// # }
-    /// ```
-    ///
-    /// # Panics
-    ///
-    /// `every` is zero.
-    #[cfg(feature = "metrics")]
-    #[track_caller]
-    pub fn queue_gauges(mut self, every: Duration) -> Self {
-        assert!(
-            !every.is_zero(),
-            "queue_gauges needs an interval of more than zero"
-        );
-        self.gauges = Some(every);
-        self
-    }
-
     /// Says what stands between this runner's pool and the database server (default
     /// [`Pooler::None`]): behind [`Pooler::Transaction`] (PgBouncer's `pool_mode = transaction`)
     /// [`start`](Runner::start) refuses what needs one server session — the advisory lock form,

@@ -16,6 +16,40 @@ use crate::delivery::{Outcome, Settle};
 pub(super) use instruments::gauges;
 use instruments::{Instruments, Timer};
 
+#[cfg(feature = "metrics")]
+impl<DB: crate::backend::Backend> super::Runner<DB> {
+    /// Reads each queue's depth every `every` into two gauges (`metrics` feature): the jobs
+    /// claimable now (`sqlx_queue_ready_jobs`) and the age of the oldest of them
+    /// (`sqlx_queue_oldest_ready_age_seconds`, where the table has a
+    /// [`created_at`](crate::Table::created_at) column; 0 when nothing is ready). One statement
+    /// per queue and reading, `SELECT COUNT(*), MIN(created_at) .. WHERE <claimable>`, which the
+    /// claim's index serves: its cost grows with the ready rows it counts. Off by default.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn run(pool: sqlx::SqlitePool) {
+    /// use std::time::Duration;
+    /// let runner = sqlx_queue::Runner::new(pool).queue_gauges(Duration::from_secs(15));
+    /// # let _ = runner;
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// `every` is zero.
+    #[cfg(feature = "metrics")]
+    #[track_caller]
+    pub fn queue_gauges(mut self, every: std::time::Duration) -> Self {
+        assert!(
+            !every.is_zero(),
+            "queue_gauges needs an interval of more than zero"
+        );
+        self.gauges = Some(every);
+        self
+    }
+}
+
 /// One queue's reporting: the runner's counters and the queue's instruments.
 #[derive(Debug)]
 pub(super) struct Observe {

@@ -201,20 +201,20 @@ pub(crate) async fn every_outcome_is_counted_and_timed<DB: TestDb, F: Form<DB>>(
     let (running, mut recorded) = Recorded::start(runner.mount(queue)).await;
 
     // While `hold` is in work and everything else settled: one delivery in work, one worker free.
-    let lost = u64::from(lease);
-    let (acks, drops, retries, dead) = (3 + lost, 1, 3, 1);
+    let lost = f64::from(u8::from(lease));
+    let (acks, drops, retries, dead) = (3.0 + lost, 1.0, 3.0, 1.0);
     let settled = acks + drops + retries + dead;
     recv(&mut hold_started, "the held delivery", 20).await;
     let count = |recorded: &mut Recorded, outcome| {
         recorded
             .read()
-            .value("sqlx_queue_deliveries_total", QUEUE, Some(outcome)) as u64
+            .value("sqlx_queue_deliveries_total", QUEUE, Some(outcome))
     };
     wait_for(
         "every delivery but the held one settled",
         Duration::from_secs(30),
         || {
-            let n: u64 = ["ack", "drop", "retry", "dead_letter"]
+            let n: f64 = ["ack", "drop", "retry", "dead_letter"]
                 .into_iter()
                 .map(|outcome| count(&mut recorded, outcome))
                 .sum();
@@ -238,7 +238,7 @@ pub(crate) async fn every_outcome_is_counted_and_timed<DB: TestDb, F: Form<DB>>(
     ctx.wait_none(&t, &format!("queue = '{QUEUE}'"), 20).await;
     wait_for("the held delivery's ack", Duration::from_secs(10), || {
         let acked = count(&mut recorded, "ack");
-        async move { acked == acks + 1 }
+        async move { acked == acks + 1.0 }
     })
     .await;
     // A claim that fails: the table is gone.
@@ -254,21 +254,21 @@ pub(crate) async fn every_outcome_is_counted_and_timed<DB: TestDb, F: Form<DB>>(
 
     let r = recorded.read();
     let value = |name: &str| r.value(name, QUEUE, None);
-    let deliveries = payloads.len() as f64 + 3.0 + lost as f64; // retry, dead, panic (and lose) twice
+    let deliveries = payloads.len() as f64 + 3.0 + lost; // retry, dead, panic (and lose) twice
     assert_eq!(value("sqlx_queue_deliveries_started_total"), deliveries);
     for (outcome, n) in [
-        ("ack", acks + 1),
+        ("ack", acks + 1.0),
         ("drop", drops),
         ("retry", retries),
         ("dead_letter", dead),
     ] {
         assert_eq!(
             r.value("sqlx_queue_deliveries_total", QUEUE, Some(outcome)),
-            n as f64,
+            n,
             "{outcome}"
         );
     }
-    assert_eq!(value("sqlx_queue_lease_lost_total"), lost as f64);
+    assert_eq!(value("sqlx_queue_lease_lost_total"), lost);
     assert_eq!(value("sqlx_queue_panics_total"), 1.0);
     assert_eq!(value("sqlx_queue_settlement_errors_total"), 0.0);
     assert_eq!(value("sqlx_queue_deliveries_in_work"), 0.0);
