@@ -134,13 +134,37 @@ pub(crate) async fn fetch_texts<DB: Backend, const N: usize>(
         .collect()
 }
 
-/// One claimed row, as a claim statement returns it: `(id, payload[, attempt][, session])`.
+/// Runs a query of one row, `(count[, time])`: how many rows are ready and the oldest one's
+/// creation time (`None` without the column, or without a ready row).
+pub(crate) async fn fetch_ready<DB: Backend>(
+    conn: &mut DB::Connection,
+    query: Q<DB>,
+) -> Result<(u64, Option<DateTime<Utc>>), sqlx::Error> {
+    use sqlx::Row as _;
+    let rows = DB::fetch_all(conn, query).await?;
+    let Some(row) = rows.first() else {
+        return Ok((0, None));
+    };
+    let ready = DB::get_i64(row, 0)?.try_into().unwrap_or(0);
+    let oldest = match row.len() > 1 {
+        true => DB::get_time_or_null(row, 1)?,
+        false => None,
+    };
+    Ok((ready, oldest))
+}
+
+/// One claimed row, as a claim statement returns it:
+/// `(id, payload[, attempt][, created_at][, session])`.
 #[derive(Debug)]
 pub(crate) struct ClaimedRow {
     pub(crate) id: i64,
     pub(crate) payload: Vec<u8>,
     /// The delivery's number, where the queue has an attempt column.
     pub(crate) attempt: Option<i64>,
+    /// When the row was created, where the claim reads it (its table's `created_at`, with the
+    /// `metrics` feature): `None` too when the value does not decode, which only loses its
+    /// pickup latency.
+    pub(crate) created_at: Option<DateTime<Utc>>,
     /// The server session that holds the row (MySQL/MariaDB transactional row lock and advisory
     /// claims), so a delivery cancelled at shutdown can end it.
     pub(crate) session: Option<i64>,
@@ -148,21 +172,29 @@ pub(crate) struct ClaimedRow {
     pub(crate) undecodable: Option<String>,
 }
 
+/// The columns a claim returns after `(id, payload)`, in this order.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ClaimColumns {
+    pub(crate) attempt: bool,
+    pub(crate) created_at: bool,
+}
+
 /// Runs a claim and reads its rows. The id identifies a row; a value of the rest that does not
 /// decode marks that row alone, which the runner settles by the decode policy.
 pub(crate) async fn fetch_claimed<DB: Backend>(
     conn: &mut DB::Connection,
     query: Q<DB>,
-    with_attempt: bool,
+    columns: ClaimColumns,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
     use sqlx::Row as _;
     let rows = DB::fetch_all(conn, query).await?;
-    let session = 2 + usize::from(with_attempt);
+    let created = 2 + usize::from(columns.attempt);
+    let session = created + usize::from(columns.created_at);
     rows.iter()
         .map(|row| {
             let id = DB::get_i64(row, 0)?;
             let rest = || -> Result<_, sqlx::Error> {
-                let attempt = match with_attempt {
+                let attempt = match columns.attempt {
                     true => Some(DB::get_i64(row, 2)?),
                     false => None,
                 };
@@ -172,6 +204,10 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
                 Ok((payload, attempt)) => (payload, attempt, None),
                 Err(error) => (Vec::new(), None, Some(error.to_string())),
             };
+            let created_at = columns
+                .created_at
+                .then(|| DB::get_time(row, created).ok())
+                .flatten();
             let session = match row.len() > session {
                 true => Some(DB::get_i64(row, session)?),
                 false => None,
@@ -180,6 +216,7 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
                 id,
                 payload,
                 attempt,
+                created_at,
                 session,
                 undecodable,
             })
@@ -271,6 +308,13 @@ macro_rules! driver_common {
             row: &Self::Row,
             index: usize,
         ) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error> {
+            sqlx::Row::try_get(row, index)
+        }
+
+        fn get_time_or_null(
+            row: &Self::Row,
+            index: usize,
+        ) -> Result<Option<chrono::DateTime<chrono::Utc>>, sqlx::Error> {
             sqlx::Row::try_get(row, index)
         }
 

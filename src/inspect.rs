@@ -1,6 +1,12 @@
 //! Inspection and repair for operators: how many rows a queue has in each state, and dead rows
 //! brought back.
 
+mod prune;
+
+pub use prune::MAX_PRUNE_BATCH;
+
+use std::time::Duration;
+
 use sqlx::Acquire;
 
 use sqlx::SqlStr;
@@ -76,6 +82,11 @@ impl<'a> Inspect<'a> {
 pub struct Counts {
     /// Claimable now.
     pub ready: u64,
+    /// How long ago the oldest ready row was created (its [`created_at`](Table::created_at),
+    /// against this host's clock; zero if that time is ahead of it): the first figure to watch
+    /// on a queue that falls behind. `None` when the table declares no creation time column, or
+    /// when no row is ready.
+    pub oldest_ready_age: Option<Duration>,
     /// Waiting for their `retry_after`.
     pub delayed: u64,
     /// Held by a live lease (the lease form; rows held by a row lock or an advisory key cannot be
@@ -86,7 +97,9 @@ pub struct Counts {
 }
 
 impl Table {
-    /// Counts a queue's rows: ready, delayed, in work (live leases) and dead.
+    /// Counts a queue's rows: ready, delayed, in work (live leases) and dead; and the age of the
+    /// oldest ready row, where the table has a [`created_at`](Table::created_at) column (read
+    /// by the same statement as the ready rows, through the claim's index).
     ///
     /// # Errors
     ///
@@ -100,19 +113,23 @@ impl Table {
         let mut conn = conn.acquire().await?;
         let (names, target) = self.resolve::<A::Database>(&mut conn, queue).await?;
         let sql = dialect::inspect(&names, target.as_ref());
+        let now = Clock::default().now();
         let args = Args {
-            now: Some(Clock::default().now()),
+            now: Some(now),
             group: queue.group,
             dead_group: dead_group(queue),
             ..Args::default()
         };
+        let (ready, oldest) =
+            backend::fetch_ready::<A::Database>(&mut conn, query(&sql.ready, &args)).await?;
         let mut count = async |stmt: Option<&crate::dialect::Stmt>| -> Result<u64> {
             let Some(stmt) = stmt else { return Ok(0) };
             let n = backend::fetch_i64::<A::Database>(&mut conn, query(stmt, &args)).await?;
             Ok(n.unwrap_or(0).try_into().unwrap_or(0))
         };
         Ok(Counts {
-            ready: count(Some(&sql.ready)).await?,
+            ready,
+            oldest_ready_age: oldest.map(|at| (now - at).to_std().unwrap_or_default()),
             delayed: count(sql.delayed.as_ref()).await?,
             in_work: count(sql.in_work.as_ref()).await?,
             dead: count(sql.dead.as_ref()).await?,

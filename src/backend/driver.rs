@@ -77,6 +77,11 @@ pub trait Driver: sqlx::Database + sqlx::database::HasStatementCache {
         row: &Self::Row,
         index: usize,
     ) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error>;
+    /// A time that may be NULL.
+    fn get_time_or_null(
+        row: &Self::Row,
+        index: usize,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>, sqlx::Error>;
 
     /// Runs an insert on any executor, returning the new row's id (from `RETURNING` or the
     /// driver). Boxed, as sqlx's own executor methods are: an opaque future generic over the

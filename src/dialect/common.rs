@@ -135,6 +135,14 @@ pub(super) fn order(w: &mut SqlWriter, n: &Names) {
     w.push(&n.id);
 }
 
+/// `, created_at` (named with `prefix`, e.g. `q.`) after a claim's other columns, where the claim
+/// reads the row's creation time ([`Names::read_created`]).
+pub(super) fn read_created(w: &mut SqlWriter, n: &Names, prefix: &str) {
+    if let (true, Some(created_at)) = (n.read_created, &n.created_at) {
+        w.push(", ").push(prefix).push(created_at);
+    }
+}
+
 /// `id` read as a 64-bit integer (PostgreSQL decodes strictly; MySQL reads it signed).
 pub(super) fn as_i64(w: &mut SqlWriter, column: &str) {
     match w.dialect() {

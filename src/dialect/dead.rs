@@ -1,6 +1,5 @@
 //! Statements that move a row to its dead letter, count a queue's rows, and bring dead rows back.
 
-use super::common::claimable;
 use super::{Dialect, Names, Slot, SqlWriter, Stmt};
 
 /// Where dead rows go, with quoted names.
@@ -116,7 +115,8 @@ pub(crate) fn dead_letter(n: &Names, target: &DeadTarget, guarded: bool) -> Dead
 /// The statements that count a queue's rows (its dead rows come back by [`requeue`]).
 #[derive(Debug, Clone)]
 pub(crate) struct InspectSql {
-    /// Rows claimable now.
+    /// Rows claimable now, and the oldest one's creation time where the table has the column
+    /// ([`ready`](super::upkeep::ready)).
     pub(crate) ready: Stmt,
     /// Rows waiting for their `retry_after` (absent without the column).
     pub(crate) delayed: Option<Stmt>,
@@ -144,7 +144,7 @@ fn not_processed(w: &mut SqlWriter, n: &Names) {
 }
 
 pub(crate) fn inspect(n: &Names, target: Option<&DeadTarget>) -> InspectSql {
-    let ready = count(n, &n.table, |w| claimable(w, n));
+    let ready = super::ready(n);
     let delayed = n.retry_after.as_deref().map(|retry_after| {
         count(n, &n.table, |w| {
             not_processed(w, n);

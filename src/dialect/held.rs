@@ -1,7 +1,7 @@
 //! Statements of the forms that hold a connection per delivery: row lock and advisory lock.
 
 use super::MAX_FINISH;
-use super::common::{as_i64, claimable, finish, ids, order};
+use super::common::{as_i64, claimable, finish, ids, order, read_created};
 use super::{BySize, Dialect, Names, Slot, SqlWriter, Stmt, mysql, postgres};
 
 /// The row lock form's statements. Each runs in the claim's transaction; its commit is the
@@ -90,6 +90,7 @@ fn select_row(w: &mut SqlWriter, n: &Names) {
         w.push(", ");
         as_i64(w, attempt);
     }
+    read_created(w, n, "");
     if n.session {
         w.push(", CAST(CONNECTION_ID() AS SIGNED)");
     }
@@ -241,6 +242,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             w.push(", ");
             as_i64(w, attempt);
             w.push(" - 1");
+            read_created(w, n, "");
         }
         _ => {
             select_row(w, n);

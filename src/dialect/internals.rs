@@ -1,8 +1,8 @@
-//! Not part of the API: the statement a queue claims with, for the crate's own tests that read
-//! its plan (`EXPLAIN`) on a real server. Behind the `internals` feature; may change in any
+//! Not part of the API: the statements a queue claims with and reads its depth with, for the
+//! crate's own tests that read their plans (`EXPLAIN`) on a real server. Behind the `internals` feature; may change in any
 //! release.
 
-use super::{Claim, Names, Slot};
+use super::{Claim, Names, Slot, Stmt};
 use crate::config::{DEFAULT_LEASE, FormKind, QueueConfig};
 use crate::error::Result;
 use crate::table::{Dialect, Table};
@@ -31,7 +31,7 @@ pub enum Param {
     Other,
 }
 
-/// A claim statement: its text and its placeholders, in order.
+/// A statement: its text and its placeholders, in order.
 #[derive(Debug, Clone)]
 pub struct Statement {
     /// The statement's text.
@@ -52,24 +52,52 @@ pub fn lease_claim(
     named: Option<&str>,
     attempt: Option<&str>,
 ) -> Result<Statement> {
+    let (dialect, names) = lease_queue(database, table, named, attempt)?;
+    let stmt = match super::lease(&names, &dialect.quote(LEASE)?, 8).claim {
+        Claim::Returning(stmt) => stmt,
+        Claim::SelectThenUpdate { select, .. } => select,
+    };
+    Ok(statement(&stmt))
+}
+
+/// The statement that reads the depth of a lease queue on `table` serving group `named` (its
+/// ready rows, and the oldest one's creation time where `table` has the column), as
+/// `Runner::queue_gauges` and `Table::counts` read it on `database`.
+///
+/// # Errors
+///
+/// A name that cannot be quoted.
+pub fn queue_depth(database: Database, table: &Table, named: Option<&str>) -> Result<Statement> {
+    let (_, names) = lease_queue(database, table, named, None)?;
+    Ok(statement(&super::ready(&names)))
+}
+
+/// The lease column of the queues these statements are rendered for.
+const LEASE: &str = "locked_until";
+
+/// The names of a lease queue on `table`, on the lease column `locked_until`.
+fn lease_queue(
+    database: Database,
+    table: &Table,
+    named: Option<&str>,
+    attempt: Option<&str>,
+) -> Result<(Dialect, Names)> {
     let dialect = match database {
         Database::Postgres => Dialect::Postgres,
         Database::MySql => Dialect::MySql,
         Database::Sqlite => Dialect::Sqlite,
     };
-    let column = "locked_until";
     let form = FormKind::Lease {
-        column: column.to_owned(),
+        column: LEASE.to_owned(),
         duration: DEFAULT_LEASE,
     };
     let mut config = QueueConfig::new(table.clone(), form);
     config.name = named.map(str::to_owned);
     config.attempt = attempt.map(str::to_owned);
-    let names = Names::of_queue(dialect, &config)?;
-    let stmt = match super::lease(&names, &dialect.quote(column)?, 8).claim {
-        Claim::Returning(stmt) => stmt,
-        Claim::SelectThenUpdate { select, .. } => select,
-    };
+    Ok((dialect, Names::of_queue(dialect, &config)?))
+}
+
+fn statement(stmt: &Stmt) -> Statement {
     let params = stmt
         .slots
         .iter()
@@ -80,8 +108,8 @@ pub fn lease_claim(
             _ => Param::Other,
         })
         .collect();
-    Ok(Statement {
+    Statement {
         sql: stmt.text().to_owned(),
         params,
-    })
+    }
 }

@@ -20,6 +20,7 @@ mod sqlite;
 mod stmt;
 mod types;
 mod unique;
+mod upkeep;
 
 use crate::config::{Isolation, SqliteMode};
 use crate::error::Result;
@@ -37,6 +38,7 @@ pub(crate) use schedule::{TickSql, ticks};
 pub(crate) use stmt::{Args, BySize, Slot, SqlWriter, Stmt};
 pub(crate) use types::{Kind, attempt_max, holds};
 pub(crate) use unique::Change;
+pub(crate) use upkeep::{PruneSql, Pruned, prune, ready};
 
 /// The statements of unique jobs.
 pub(crate) mod unique_sql {

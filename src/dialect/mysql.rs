@@ -1,6 +1,6 @@
 //! MySQL and MariaDB statement text.
 
-use super::common::{claimable, mark_processed, order};
+use super::common::{claimable, mark_processed, order, read_created};
 use super::lease::lease_set;
 use super::{BySize, Claim, Kind, Names, Slot, SqlWriter, Stmt};
 use crate::table::Dialect;
@@ -35,6 +35,7 @@ pub(super) fn lease_claim(n: &Names, lease: &str, max_claim: usize) -> Claim {
     if let Some(attempt) = &n.attempt {
         w.push(", CAST(").push(attempt).push(" AS SIGNED)");
     }
+    read_created(&mut w, n, "");
     w.push(" FROM ").push(&n.table).push(" WHERE ");
     claimable(&mut w, n);
     order(&mut w, n);

@@ -28,6 +28,9 @@ pub(crate) struct Names {
     pub(crate) table_lease: Option<String>,
     /// The creation time column ([`Table::created_at`]).
     pub(crate) created_at: Option<String>,
+    /// Whether claims return the creation time column too (with the `metrics` feature, for the
+    /// pickup latency), after the attempt.
+    pub(crate) read_created: bool,
     /// One row in work per group at a time, in order (the lease form).
     pub(crate) fifo: Option<Fifo>,
     /// Whether claims take only the rows of one group value (a named queue), or of every group
@@ -73,6 +76,7 @@ impl Names {
             unique_key: opt(&table.unique_key)?,
             table_lease: opt(&table.lease)?,
             created_at: opt(&table.created_at)?,
+            read_created: false,
             fifo: None,
             one_group: table.group.is_some(),
             notify: table.notify,
@@ -107,6 +111,7 @@ impl Names {
             && config.transactional
             && !matches!(config.form, FormKind::Lease { .. });
         names.one_group = names.group.is_some() && config.name.is_some();
+        names.read_created = cfg!(feature = "metrics") && names.created_at.is_some();
         names.attempt = config
             .attempt
             .as_deref()

@@ -1,6 +1,6 @@
 //! PostgreSQL statement text.
 
-use super::common::{claimable, order};
+use super::common::{claimable, order, read_created};
 use super::lease::lease_set;
 use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
 
@@ -90,6 +90,7 @@ pub(super) fn lease_claim(n: &Names, lease: &str) -> Claim {
     if let Some(attempt) = &n.attempt {
         w.push(", CAST(q.").push(attempt).push(" AS BIGINT) - 1");
     }
+    read_created(&mut w, n, "q.");
     Claim::Returning(w.finish())
 }
 

@@ -1,6 +1,6 @@
 //! SQLite statement text.
 
-use super::common::{claimable, order};
+use super::common::{claimable, order, read_created};
 use super::lease::lease_set;
 use super::{Claim, Kind, Names, Slot};
 
@@ -72,6 +72,7 @@ pub(super) fn lease_claim(n: &Names, lease: &str) -> Claim {
     if let Some(attempt) = &n.attempt {
         w.push(", ").push(attempt).push(" - 1");
     }
+    read_created(&mut w, n, "");
     Claim::Returning(w.finish())
 }
 

@@ -4,7 +4,7 @@
 use sqlx::Connection as _;
 
 use super::Conns;
-use crate::backend::{self, Backend, ClaimedRow, Q};
+use crate::backend::{self, Backend, ClaimColumns, ClaimedRow, Q};
 use crate::dialect::{Args, Stmt};
 
 /// `stmt` with `args` bound: a query sqlx keeps prepared on the connection, or one it does not
@@ -47,9 +47,9 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
     conn: &mut DB::Connection,
     stmt: &Stmt,
     args: &Args<'_>,
-    with_attempt: bool,
+    columns: ClaimColumns,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
-    backend::fetch_claimed::<DB>(conn, query::<DB>(stmt, args), with_attempt).await
+    backend::fetch_claimed::<DB>(conn, query::<DB>(stmt, args), columns).await
 }
 
 /// Reads a row whole by `stmt` (row mode), without keeping the statement prepared.

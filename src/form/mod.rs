@@ -19,6 +19,8 @@ mod dead_table;
 mod exec;
 mod held;
 pub(crate) mod lease;
+#[cfg(feature = "metrics")]
+mod readiness;
 pub(crate) mod row_lock;
 mod schema;
 mod settle;
@@ -39,6 +41,8 @@ pub(crate) use exec::{
     execute, fetch_claimed, fetch_i64, fetch_i64s, fetch_row, in_transaction, on_conn,
 };
 pub(crate) use held::Held;
+#[cfg(feature = "metrics")]
+pub(crate) use readiness::Readiness;
 pub(crate) use schema::{Checked, Server, check, custom_statements, measure_server};
 pub(crate) use settle::{Custom, Dead, no_dead_letter, no_retry_after, settlement_args};
 

@@ -249,7 +249,7 @@ impl RowLockForm {
             [] => &self.sql.claim,
             _ => &self.sql.claim_excluding,
         };
-        let mut rows = fetch_claimed::<DB>(&mut conn, claim, &args, checked.with_attempt).await?;
+        let mut rows = fetch_claimed::<DB>(&mut conn, claim, &args, checked.columns).await?;
         if rows.is_empty() {
             conn.rollback().await?;
         }

@@ -8,7 +8,7 @@ use sqlx::Pool;
 
 use super::catalog::{self, Column, Identity, find_column};
 use super::{Custom, Dead, dead_table};
-use crate::backend::{Backend, Clock, Engine};
+use crate::backend::{Backend, ClaimColumns, Clock, Engine};
 use crate::config::{Event, FormKind, QueueConfig};
 use crate::dialect::{self, DeadTarget, Kind, Names, Stmt};
 use crate::error::{Error, Result, SchemaError};
@@ -83,7 +83,8 @@ pub(crate) struct Checked {
     pub(crate) table: Arc<str>,
     /// The group the queue serves.
     pub(crate) group: Option<Arc<str>>,
-    pub(crate) with_attempt: bool,
+    /// What the claim returns beyond the id and payload.
+    pub(crate) columns: ClaimColumns,
     /// `SELECT *` of a row by id: what a row mode handler decodes.
     pub(crate) row: Stmt,
     pub(crate) clock: Clock,
@@ -117,6 +118,10 @@ pub(crate) async fn check<DB: Backend>(
         .collect();
     let custom = Custom::new(custom);
     prepare_all::<DB>(conn, config, &custom.statements().collect::<Vec<_>>()).await?;
+    let columns = ClaimColumns {
+        attempt: config.attempt.is_some(),
+        created_at: names.read_created,
+    };
     Ok(Checked {
         row: dialect::row_by_id(&names),
         names,
@@ -126,7 +131,7 @@ pub(crate) async fn check<DB: Backend>(
         queue: config.label().into(),
         table: config.table.name.as_str().into(),
         group: config.name.as_deref().map(Into::into),
-        with_attempt: config.attempt.is_some(),
+        columns,
         clock,
         server,
     })
@@ -305,6 +310,15 @@ async fn check_columns<DB: Backend>(
         ("processed_at", table.processed_at.as_deref(), Kind::Time),
         ("attempt", config.attempt.as_deref(), Kind::Integer),
         ("priority", table.priority.as_deref(), Kind::Integer),
+        // Read by the claims for the pickup latency (`metrics`), as a time.
+        (
+            "created_at",
+            table
+                .created_at
+                .as_deref()
+                .filter(|_| cfg!(feature = "metrics")),
+            Kind::Time,
+        ),
     ];
     roles.extend(
         optional
@@ -332,8 +346,9 @@ async fn check_columns<DB: Backend>(
                 ),
             ));
         }
-        // Time roles are NULL until set; payload and attempt are read as values.
-        let needs_null = kind == Kind::Time;
+        // Time roles are NULL until set (but the creation time, set by its default); payload and
+        // attempt are read as values.
+        let needs_null = kind == Kind::Time && role != "created_at";
         let needs_value = matches!(role, "payload" | "attempt");
         if needs_null && !nullable {
             return Err(schema_error(

@@ -94,6 +94,9 @@ where
     H: CallBatch<DB>,
 {
     let attempts: Vec<u32> = rows.iter().map(policy::attempt).collect();
+    let _working = q
+        .observe
+        .start_batch(rows.iter().zip(attempts.iter().copied()));
     // Rows the policy settles before a handler sees them (undecodable, past their cap).
     let settled_first: Vec<Option<Outcome>> = rows
         .iter()
@@ -113,6 +116,7 @@ where
     let handed = deliveries.len();
 
     let every = q.form.extend_batch_every(&batch);
+    let since = q.observe.timer();
     let result = {
         let handled =
             AssertUnwindSafe(async move { handler.call(deliveries).await }).catch_unwind();
@@ -124,6 +128,7 @@ where
         cancel::batch(q, &ids, batch).await;
         return;
     };
+    q.observe.handled(since);
     let mut outcomes = policy::unless_panicked(
         q,
         result,
@@ -158,18 +163,20 @@ where
         })
         .collect();
     let one_by_one = q.quarantine.one_by_one(&ids);
-    match q
+    let since = q.observe.timer();
+    let settled = q
         .form
         .settle_batch(&q.conns, &settlements, batch, one_by_one)
-        .await
-    {
+        .await;
+    q.observe.settlement_took(since);
+    match settled {
         Ok(results) => {
             for (&(id, outcome), result) in settlements.iter().zip(results) {
                 policy::settled(q, id, outcome, result);
             }
         }
         Err((row, error)) => {
-            Counters::add(&q.stats().failed, settlements.len() as u64);
+            q.observe.failed(settlements.len() as u64);
             tracing::error!(%error, "the batch returns to the queue as it was");
             // The row whose statement failed is held back; the others come again at once. A
             // statement of many rows names none: the next batch with one of them settles row by

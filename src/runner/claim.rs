@@ -67,6 +67,7 @@ impl Pace {
         q: &Live<DB, F>,
         failed: ClaimFailed,
     ) -> bool {
+        q.observe.claim_failed();
         if failed.is_row_error() && self.isolated < Self::MAX_ISOLATED {
             let row = match failed.row {
                 Some(id) => Some(id),

@@ -11,9 +11,9 @@ use tracing::Instrument as _;
 use super::ahead::Seat;
 use super::cancel;
 use super::keeper::{self, Kept, keep};
+use super::observe::Working;
 use super::policy::{self, Handled};
 use super::queue::Live;
-use super::stats::Counters;
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::delivery::{Delivery, Mode, Outcome, Settle, TxSlot};
 use crate::error::Error;
@@ -43,9 +43,20 @@ pub(super) async fn deliver<DB, F, H>(
         attempt,
         outcome = tracing::field::Empty,
     );
+    let worker = Worker {
+        seat: worker,
+        working: q.observe.start(&row, attempt),
+    };
     run(q, handler, row, attempt, hold, worker)
         .instrument(span)
         .await;
+}
+
+/// The worker a delivery runs on: its seat, where the queue counts its workers by seats, and
+/// the delivery's place in the queue's reporting (in work, on a worker).
+struct Worker<'a> {
+    seat: Option<Seat>,
+    working: Working<'a>,
 }
 
 /// Lend, read the row, call, take back, settle; every way that ends unsettled goes through
@@ -56,7 +67,7 @@ async fn run<DB, F, H>(
     row: ClaimedRow,
     attempt: u32,
     mut hold: F::Hold,
-    worker: Option<Seat>,
+    worker: Worker<'_>,
 ) where
     DB: Backend,
     F: Form<DB>,
@@ -78,10 +89,12 @@ async fn run<DB, F, H>(
         };
         let delivery =
             Delivery::<DB, H::Mode>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
+        let since = q.observe.timer();
         let Kept { result, extending } = call(q, handler, id, &mut hold, delivery, whole).await;
         let Some(handled) = result else {
             return Err(Unsettled::Cancelled { slot, extending });
         };
+        q.observe.handled(since);
         take_back(q, id, &mut hold, slot, || {
             policy::outcome(q, id, attempt, handled)
         })
@@ -143,7 +156,7 @@ async fn read_row<DB: Backend, F: Form<DB>>(
         Ok(None) => "the claimed row is gone (deleted by another hand); skipped".to_owned(),
         Err(error) => format!("could not read the row for its handler ({error}); released"),
     };
-    Counters::add(&q.stats().failed, 1);
+    q.observe.failed(1);
     tracing::warn!("{reason}");
     if let Some(conn) = slot.take().and_then(|slot| unlent(slot).ok()) {
         let _ = q.form.take_back(&q.conns, hold, conn, false).await;
@@ -190,7 +203,7 @@ async fn take_back<DB: Backend, F: Form<DB>>(
     };
     // A delivery that escaped its handler still holds it.
     let Ok(conn) = unlent(slot) else {
-        Counters::add(&q.stats().failed, 1);
+        q.observe.failed(1);
         let error = Error::TransactionHeld {
             queue: q.label.to_string(),
             id,
@@ -208,7 +221,7 @@ async fn take_back<DB: Backend, F: Form<DB>>(
     {
         Ok(own_tx) => Ok((outcome, own_tx)),
         Err(error) => {
-            Counters::add(&q.stats().failed, 1);
+            q.observe.failed(1);
             tracing::error!(%error, "could not end the handler's transaction; row released");
             Err(Unsettled::Released)
         }
@@ -249,22 +262,29 @@ async fn settle<DB: Backend, F: Form<DB>>(
     hold: F::Hold,
     outcome: Outcome,
     tx: Option<HeldConn<DB>>,
-    mut worker: Option<Seat>,
+    worker: Worker<'_>,
 ) {
     tracing::Span::current().record("outcome", outcome.name());
+    let since = q.observe.timer();
     let kept = q.form.keep(&hold);
     let grouped = matches!(outcome.0, Settle::Ack | Settle::Drop) && tx.is_none();
+    let Worker {
+        mut seat,
+        mut working,
+    } = worker;
     let settled = match (&q.acks, grouped) {
         (Some(acks), true) => {
             // The next row's handler, and the claim of more, overlap this ack's statement: it
             // commits for many. The row stays in hand until it is settled.
-            if let Some(seat) = worker.as_mut() {
+            if let Some(seat) = seat.as_mut() {
                 seat.free_worker();
             }
+            working.worker_free();
             super::acks::settle(acks, &q.label, id, hold, outcome).await
         }
         _ => q.form.settle(&q.conns, id, hold, outcome, tx).await,
     };
+    q.observe.settlement_took(since);
     q.note_unlock();
     if let (Some(delay), Some(kept)) = (policy::settled(q, id, outcome, settled), kept) {
         q.form.hold_for(&q.conns, id, kept, delay).await;

@@ -134,9 +134,14 @@ impl<F, K> Waiting<F, K> {
 }
 
 /// A queue whose form is prepared.
-struct Ready<F, K> {
+struct Ready<DB: Backend, F, K> {
     kind: K,
     form: F,
+    /// What reads its depth into gauges (`Runner::queue_gauges`).
+    #[cfg(feature = "metrics")]
+    readiness: crate::form::Readiness<DB>,
+    #[cfg(not(feature = "metrics"))]
+    readiness: PhantomData<fn() -> DB>,
 }
 
 impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Launch<DB> for Waiting<F, K> {
@@ -158,25 +163,36 @@ impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Launch<DB> for Waiting<F, K> {
             let prepared = async {
                 let checked = check::<DB>(&mut conn, config, clock, server).await?;
                 let identity = checked.identity.clone();
+                #[cfg(feature = "metrics")]
+                let readiness = crate::form::Readiness::new(pool, &checked);
+                #[cfg(not(feature = "metrics"))]
+                let readiness = PhantomData;
                 let form = F::prepare(&mut conn, config, checked).await?;
-                Ok::<_, Error>((identity, form))
+                Ok::<_, Error>((identity, form, readiness))
             }
             .await;
             if pinned {
                 backend::unpin_checks::<DB>(conn, prepared.is_ok()).await?;
             }
-            let (identity, form) = prepared?;
+            let (identity, form, readiness) = prepared?;
             let ready: Box<dyn Spawn<DB>> = Box::new(Ready {
                 kind: self.kind,
                 form,
+                readiness,
             });
             Ok((identity, ready))
         })
     }
 }
 
-impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Spawn<DB> for Ready<F, K> {
+impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Spawn<DB> for Ready<DB, F, K> {
     fn spawn(self: Box<Self>, config: &QueueConfig, shared: Shared<DB>) -> JoinHandle<QueueReport> {
+        #[cfg(feature = "metrics")]
+        if let Some(every) = shared.gauges {
+            let label = config.label().into();
+            let stop = shared.stop.clone();
+            tokio::spawn(super::observe::gauges(label, self.readiness, every, stop));
+        }
         let (live, acks) = Live::new(config, self.form, shared);
         let live = Arc::new(live);
         if let Some(acks) = acks {

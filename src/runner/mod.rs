@@ -14,6 +14,7 @@ mod deliver;
 mod keeper;
 mod launch;
 mod notify;
+mod observe;
 mod policy;
 mod quarantine;
 mod queue;
@@ -84,6 +85,9 @@ pub struct Runner<DB: Backend> {
     pooler: Pooler,
     schedules: Vec<Scheduled>,
     schedules_table: String,
+    /// How often each queue's depth and oldest ready job's age are read into gauges.
+    #[cfg(feature = "metrics")]
+    gauges: Option<Duration>,
 }
 
 impl<DB: Backend> Runner<DB> {
@@ -98,6 +102,8 @@ impl<DB: Backend> Runner<DB> {
             pooler: Pooler::None,
             schedules: Vec::new(),
             schedules_table: DEFAULT_SCHEDULES_TABLE.to_owned(),
+            #[cfg(feature = "metrics")]
+            gauges: None,
         }
     }
 
@@ -205,6 +211,9 @@ impl<DB: Backend> Runner<DB> {
             stop: CancellationToken::new(),
             abort: CancellationToken::new(),
             stats: Arc::new(Counters::default()),
+            clock: clock.clone(),
+            #[cfg(feature = "metrics")]
+            gauges: self.gauges,
         };
         let schedules = Started::start(self.schedules, ticks, &shared, &clock).await?;
         let mut background = Vec::new();

@@ -7,7 +7,6 @@ use std::any::Any;
 use std::time::Duration;
 
 use super::queue::Live;
-use super::stats::Counters;
 use crate::backend::{Backend, ClaimedRow};
 use crate::delivery::{Outcome, Settle};
 use crate::error::{Error, Result};
@@ -97,7 +96,7 @@ pub(super) fn unless_panicked<DB: Backend, F: Form<DB>, T>(
     retry: impl FnOnce() -> T,
 ) -> T {
     handled.unwrap_or_else(|panic| {
-        Counters::add(&q.stats().panicked, 1);
+        q.observe.panicked();
         tracing::error!(panic = panic_message(&*panic), "{what}");
         retry()
     })
@@ -112,21 +111,14 @@ pub(super) fn settled<DB: Backend, F: Form<DB>>(
     settled: Result<()>,
 ) -> Option<Duration> {
     q.after_settlement(outcome);
-    let stats = q.stats();
     match settled {
         Ok(()) => {
             q.quarantine.release(id);
-            let counter = match outcome.0 {
-                Settle::Ack => &stats.acked,
-                Settle::Drop | Settle::Undecodable => &stats.dropped,
-                Settle::Retry | Settle::RetryAfter(_) => &stats.retried,
-                Settle::DeadLetter => &stats.dead_lettered,
-            };
-            Counters::add(counter, 1);
+            q.observe.settled(outcome);
             None
         }
         Err(Error::LeaseLost { id, .. }) => {
-            Counters::add(&stats.lease_lost, 1);
+            q.observe.lease_lost();
             tracing::warn!(
                 id,
                 "lease lost: the row belongs to a later claim; nothing was settled"
@@ -134,7 +126,7 @@ pub(super) fn settled<DB: Backend, F: Form<DB>>(
             None
         }
         Err(error) => {
-            Counters::add(&stats.failed, 1);
+            q.observe.failed(1);
             let what = format!("its settlement ({})", outcome.name());
             Some(q.quarantine.hold_back(&q.label, id, &what, &error))
         }

@@ -9,9 +9,10 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::acks::Ack;
+use super::observe::Observe;
 use super::quarantine::Quarantine;
 use super::stats::Counters;
-use crate::backend::Backend;
+use crate::backend::{Backend, Clock};
 use crate::config::QueueConfig;
 use crate::delivery::{Outcome, Settle};
 use crate::form::{Conns, Form};
@@ -27,6 +28,11 @@ pub(super) struct Shared<DB: Backend> {
     /// Cancel the deliveries still in work (the shutdown timeout).
     pub(super) abort: CancellationToken,
     pub(super) stats: Arc<Counters>,
+    /// The runner's clock: the server's time as this host reads it.
+    pub(super) clock: Clock,
+    /// How often the queues' depth gauges are read (`Runner::queue_gauges`).
+    #[cfg(feature = "metrics")]
+    pub(super) gauges: Option<Duration>,
 }
 
 impl<DB: Backend> Clone for Shared<DB> {
@@ -37,6 +43,9 @@ impl<DB: Backend> Clone for Shared<DB> {
             stop: self.stop.clone(),
             abort: self.abort.clone(),
             stats: Arc::clone(&self.stats),
+            clock: self.clock.clone(),
+            #[cfg(feature = "metrics")]
+            gauges: self.gauges,
         }
     }
 }
@@ -66,6 +75,8 @@ pub(super) struct Live<DB: Backend, F: Form<DB>> {
     fifo: bool,
     /// Rows held back after a failure of their own.
     pub(super) quarantine: Quarantine,
+    /// What the queue reports: the runner's counters, its metrics.
+    pub(super) observe: Observe,
     pub(super) shared: Shared<DB>,
     /// Where plain deliveries send their acks and drops, grouped (see `acks`).
     pub(super) acks: Option<mpsc::UnboundedSender<Ack<F::Hold>>>,
@@ -113,6 +124,12 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             settled: Arc::new(Notify::new()),
             fifo: config.fifo,
             quarantine: Quarantine::default(),
+            observe: Observe::new(
+                config.label(),
+                config.workers,
+                Arc::clone(&shared.stats),
+                shared.clock.clone(),
+            ),
             shared,
             acks,
             cancelled: AtomicU64::new(0),
@@ -124,7 +141,7 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
     }
 
     pub(super) fn stats(&self) -> &Counters {
-        &self.shared.stats
+        self.observe.stats()
     }
 
     pub(super) fn stopping(&self) -> bool {

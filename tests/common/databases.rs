@@ -26,6 +26,8 @@ pub(crate) trait Db: Backend + Sized {
     )]
     const INT: &'static str;
     const TIME: &'static str;
+    /// A creation time column: a time the database sets when a row is inserted.
+    const CREATED: &'static str;
 
     /// How a test connects to `url` (SQLite: the file `url`, in WAL mode, with a busy timeout).
     fn connect_options(url: &str) -> <Self::Connection as sqlx::Connection>::Options;
@@ -70,6 +72,7 @@ macro_rules! db {
             TEXT: $text:literal,
             INT: $int:literal,
             TIME: $time:literal,
+            CREATED: $created:literal,
             connect_options: |$url:ident| $options:expr $(,)?
         }
     )+) => {$(
@@ -81,6 +84,7 @@ macro_rules! db {
             const TEXT: &'static str = $text;
             const INT: &'static str = $int;
             const TIME: &'static str = $time;
+            const CREATED: &'static str = $created;
 
             fn connect_options($url: &str) -> <Self::Connection as sqlx::Connection>::Options {
                 $options
@@ -142,6 +146,7 @@ db! {
         TEXT: "TEXT",
         INT: "INTEGER",
         TIME: "TEXT",
+        CREATED: "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
         connect_options: |url| {
             use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
             SqliteConnectOptions::new()
@@ -159,6 +164,7 @@ db! {
         TEXT: "TEXT",
         INT: "INT",
         TIME: "TIMESTAMPTZ",
+        CREATED: "TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP",
         connect_options: |url| url.parse().expect("a PostgreSQL URL"),
     }
     sqlx::MySql {
@@ -169,6 +175,7 @@ db! {
         TEXT: "VARCHAR(64)",
         INT: "INT",
         TIME: "DATETIME(6)",
+        CREATED: "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
         connect_options: |url| url.parse().expect("a MySQL/MariaDB URL"),
     }
 }
@@ -200,6 +207,8 @@ pub(crate) struct Spec {
     pub(crate) retry_after: bool,
     pub(crate) processed_at: bool,
     pub(crate) priority: bool,
+    /// `created_at`, set by the database's default when a row is inserted.
+    pub(crate) created_at: bool,
 }
 
 impl Spec {
@@ -226,6 +235,7 @@ pub(crate) fn create_table<DB: Db>(table: &str, spec: Spec, int: &str) -> String
         (spec.retry_after, format!("retry_after {time}")),
         (spec.processed_at, format!("processed_at {time}")),
         (spec.priority, format!("priority {int} NOT NULL DEFAULT 0")),
+        (spec.created_at, format!("created_at {}", DB::CREATED)),
     ];
     let mut ddl = format!(
         "CREATE TABLE {table} (id {}, payload {} NOT NULL",

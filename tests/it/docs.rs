@@ -43,7 +43,8 @@ pub(crate) async fn the_readme_schema_serves_a_queue_with_every_role<DB: TestDb>
     let jobs = Table::new(&name)
         .group("queue")
         .retry_after("retry_after")
-        .processed_at("processed_at");
+        .processed_at("processed_at")
+        .created_at("created_at");
     let first = DB::enqueue(&ctx.pool, &jobs, Job::new("a").group("signups"))
         .await
         .unwrap();

@@ -70,3 +70,28 @@ fn unique_debounces_replaces_and_never_queues_a_welcome_email_twice() {
     ];
     assert_eq!(lines, expected, "{out}");
 }
+
+#[test]
+fn metrics_renders_every_counter_and_gauge_of_the_drain_as_prometheus_text() {
+    let out = run_example("metrics");
+    let queue = r#"queue="emails""#;
+    for line in [
+        format!("sqlx_queue_deliveries_started_total{{{queue}}} 14"),
+        format!(r#"sqlx_queue_deliveries_total{{{queue},outcome="ack"}} 9"#),
+        format!(r#"sqlx_queue_deliveries_total{{{queue},outcome="retry"}} 4"#),
+        format!(r#"sqlx_queue_deliveries_total{{{queue},outcome="dead_letter"}} 1"#),
+        format!(r#"sqlx_queue_deliveries_total{{{queue},outcome="drop"}} 0"#),
+        format!("sqlx_queue_panics_total{{{queue}}} 0"),
+        format!("sqlx_queue_lease_lost_total{{{queue}}} 0"),
+        format!("sqlx_queue_handler_duration_seconds_count{{{queue}}} 14"),
+        format!("sqlx_queue_settlement_duration_seconds_count{{{queue}}} 14"),
+        format!("sqlx_queue_pickup_latency_seconds_count{{{queue}}} 10"),
+        format!("sqlx_queue_deliveries_in_work{{{queue}}} 0"),
+        format!("sqlx_queue_workers_free{{{queue}}} 2"),
+        format!("sqlx_queue_ready_jobs{{{queue}}} 0"),
+        format!("sqlx_queue_oldest_ready_age_seconds{{{queue}}} 0"),
+        "# TYPE sqlx_queue_deliveries_total counter".to_owned(),
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line} in:\n{out}");
+    }
+}

@@ -1,5 +1,5 @@
-// The README's index serves the claim: EXPLAIN on a 100,000-row table where most rows are
-// processed or delayed.
+// The README's index serves the claim and the depth gauges' count: EXPLAIN on a 100,000-row
+// table where most rows are processed or delayed.
 
 use sqlx_queue::{Job, Table};
 
@@ -10,13 +10,13 @@ use crate::support::{Bind, Ctx, TestDb, TestRow as _};
 macro_rules! tests {
     ($db:ty) => {
         crate::instantiate!(explain<$db>:
-            the_claim_uses_the_readme_index_on_a_large_table,
+            the_claim_and_the_depth_use_the_readme_index_on_a_large_table,
         );
     };
 }
 pub(crate) use tests;
 
-pub(crate) async fn the_claim_uses_the_readme_index_on_a_large_table<DB: TestDb>() {
+pub(crate) async fn the_claim_and_the_depth_use_the_readme_index_on_a_large_table<DB: TestDb>() {
     let Some(ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -50,10 +50,24 @@ pub(crate) async fn the_claim_uses_the_readme_index_on_a_large_table<DB: TestDb>
             .collect();
         DB::enqueue_many(&ctx.pool, &table, &batch).await.unwrap();
     }
-    ctx.exec_time(
-        &format!("UPDATE {name} SET processed_at = ? WHERE id > 10000 AND id <= 95000"),
-        chrono::Utc::now(),
-    )
+    // Each finished row at a time of its own, as a queue's are: MariaDB estimates the rows of
+    // one group and `processed_at IS NULL` from the distinct values of (queue, processed_at), and
+    // with one time shared by 85,000 rows it takes half the table for them, and counts the
+    // ready rows by a scan.
+    ctx.exec(&match DB::LABEL {
+        "postgres" => format!(
+            "UPDATE {name} SET processed_at = now() - id * interval '1 second' \
+             WHERE id > 10000 AND id <= 95000"
+        ),
+        "mysql" => format!(
+            "UPDATE {name} SET processed_at = NOW(6) - INTERVAL id SECOND \
+             WHERE id > 10000 AND id <= 95000"
+        ),
+        _ => format!(
+            "UPDATE {name} SET processed_at = strftime('%Y-%m-%dT%H:%M:%f', 'now', -id || ' seconds') \
+             WHERE id > 10000 AND id <= 95000"
+        ),
+    })
     .await;
     ctx.exec(&match DB::LABEL {
         "postgres" => format!("ANALYZE {name}"),
@@ -62,47 +76,56 @@ pub(crate) async fn the_claim_uses_the_readme_index_on_a_large_table<DB: TestDb>
     })
     .await;
 
-    let table = table.processed_at("processed_at");
-    use sqlx_queue::internals::{Database, Param, lease_claim};
+    let table = table.processed_at("processed_at").created_at("created_at");
+    use sqlx_queue::internals::{Database, Param, lease_claim, queue_depth};
     let database = match DB::LABEL {
         "postgres" => Database::Postgres,
         "mysql" => Database::MySql,
         _ => Database::Sqlite,
     };
     let claim = lease_claim(database, &table, Some("signups"), Some("attempt")).unwrap();
-    let explain = match DB::LABEL {
-        "sqlite" => format!("EXPLAIN QUERY PLAN {}", claim.sql),
-        _ => format!("EXPLAIN {}", claim.sql),
-    };
-    let now = chrono::Utc::now();
-    let binds: Vec<Bind<'_>> = claim
-        .params
-        .iter()
-        .map(|param| match param {
-            Param::Group => Bind::Text("signups"),
-            Param::Limit => Bind::Int(8_i64),
-            _ => Bind::Time(now),
-        })
-        .collect();
-    let rows = DB::rows(&ctx.pool, &explain, &binds).await.unwrap();
-    let plan: Vec<String> = rows
-        .iter()
-        .map(|row| match DB::LABEL {
-            "postgres" => row.text_at(0).unwrap(),
-            "mysql" => row.text_or_null("key").unwrap().unwrap_or_default(),
-            _ => row.text("detail").unwrap(),
-        })
-        .collect();
-    let index = format!("{name}_claim");
-    crate::support::report(&format!(
-        "{}: the claim's plan on 100,000 rows: {}",
-        DB::LABEL,
-        plan.join(" | ")
-    ));
-    assert!(
-        plan.iter().any(|line| line.contains(&index)),
-        "the claim uses {index}: {plan:#?}"
-    );
+    // The depth gauges' statement (and `counts`' ready rows) reads through the same index.
+    let depth = queue_depth(database, &table, Some("signups")).unwrap();
+    for (what, statement) in [("claim", claim), ("depth", depth)] {
+        let explain = match DB::LABEL {
+            "sqlite" => format!("EXPLAIN QUERY PLAN {}", statement.sql),
+            _ => format!("EXPLAIN {}", statement.sql),
+        };
+        let now = chrono::Utc::now();
+        let binds: Vec<Bind<'_>> = statement
+            .params
+            .iter()
+            .map(|param| match param {
+                Param::Group => Bind::Text("signups"),
+                Param::Limit => Bind::Int(8_i64),
+                _ => Bind::Time(now),
+            })
+            .collect();
+        let rows = DB::rows(&ctx.pool, &explain, &binds).await.unwrap();
+        let plan: Vec<String> = rows
+            .iter()
+            .map(|row| match DB::LABEL {
+                "postgres" => row.text_at(0).unwrap(),
+                "mysql" => row.text_or_null("key").unwrap().unwrap_or_default(),
+                _ => row.text("detail").unwrap(),
+            })
+            .collect();
+        let index = format!("{name}_claim");
+        crate::support::report(&format!(
+            "{}: the {what}'s plan on 100,000 rows: {}",
+            DB::LABEL,
+            plan.join(" | ")
+        ));
+        // MariaDB 10.11 plans the depth's count by the index or by a scan from one run to the
+        // next here (7.5 % of the rows are one group's unfinished ones, near its crossover):
+        // reported, not asserted.
+        if what == "claim" || DB::LABEL != "mysql" {
+            assert!(
+                plan.iter().any(|line| line.contains(&index)),
+                "the {what} uses {index}: {plan:#?}"
+            );
+        }
+    }
     ctx.exec(&format!("DROP TABLE {name}")).await;
     ctx.drop_tables().await;
 }

@@ -50,6 +50,7 @@ mod held;
 mod identity;
 mod isolation;
 mod lease;
+mod metrics;
 mod notify;
 mod order;
 mod payload;
@@ -64,6 +65,7 @@ mod shutdown;
 mod transactional;
 mod unique;
 mod unique_work;
+mod upkeep;
 
 /// In a database's module, one module per area with the area's tests on `$db`:
 /// `modules!(sqlx::Sqlite: lease)` writes `mod lease`, and
@@ -88,7 +90,7 @@ macro_rules! per_database {
         mod $db {
             modules!($ty:
                 lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
-                rows, identity, dead_table, custom_sql, refusals, unique, ahead,
+                rows, identity, dead_table, custom_sql, refusals, unique, ahead, upkeep,
             );
             modules!($ty:
                 advisory => held(AdvisoryForm),
@@ -107,6 +109,8 @@ macro_rules! per_database {
                 lease_attempts => attempts(LeaseForm),
                 lease_unique => unique_work(LeaseForm),
                 advisory_attempts => attempts(AdvisoryForm),
+                lease_metrics => metrics(LeaseForm),
+                advisory_metrics => metrics(AdvisoryForm),
             );
             $(
                 modules!($ty:
@@ -119,6 +123,7 @@ macro_rules! per_database {
                     row_lock_poison => poison(RowLockForm),
                     row_lock_attempts => attempts(RowLockForm),
                     row_lock_unique => unique_work(RowLockForm),
+                    row_lock_metrics => metrics(RowLockForm),
                 );
             )?
         }

@@ -33,14 +33,15 @@ pub(crate) use tests;
 pub(crate) async fn unique_table<DB: TestDb>(ctx: &mut Ctx<DB>, spec: Spec) -> String {
     let name = ctx.table(spec).await;
     ctx.exec(&format!("DROP TABLE {name}")).await;
-    let ddl = DB::ddl(&name, spec);
-    let created = match DB::LABEL {
-        "postgres" => "TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP",
-        "mysql" => "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
-        _ => "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
-    };
+    let ddl = DB::ddl(
+        &name,
+        Spec {
+            created_at: true,
+            ..spec
+        },
+    );
     let ddl = format!(
-        "{}, dedupe {}, created_at {created})",
+        "{}, dedupe {})",
         ddl.strip_suffix(')').expect("a CREATE TABLE"),
         DB::TEXT
     );

@@ -138,9 +138,9 @@ impl AdvisoryForm {
             group: self.checked.group.as_deref(),
             ..Args::default()
         };
-        let with_attempt = self.checked.with_attempt;
+        let columns = self.checked.columns;
         let take = self.sql.take_many.for_len(ids.len());
-        let rows = fetch_claimed::<DB>(&mut *conn, take, &args, with_attempt).await?;
+        let rows = fetch_claimed::<DB>(&mut *conn, take, &args, columns).await?;
         if let (false, Some(count)) = (rows.is_empty(), &self.sql.count_many) {
             let read: Vec<i64> = rows.iter().map(|row| row.id).collect();
             let args = Args { ids: &read, ..args };
@@ -163,10 +163,9 @@ impl AdvisoryForm {
                 group: self.checked.group.as_deref(),
                 ..Args::default()
             };
-            let with_attempt = self.checked.with_attempt;
+            let columns = self.checked.columns;
             let taken = async {
-                let read =
-                    fetch_claimed::<DB>(&mut *conn, &self.sql.take, &args, with_attempt).await?;
+                let read = fetch_claimed::<DB>(&mut *conn, &self.sql.take, &args, columns).await?;
                 if let (false, Some(count)) = (read.is_empty(), &self.sql.count) {
                     execute::<DB>(&mut *conn, count, &args).await?;
                 }

@@ -39,12 +39,12 @@ impl LeaseForm {
         };
         let claimed = match claim {
             Claim::Returning(stmt) => {
-                fetch_claimed::<DB>(&mut conn, stmt, &args, checked.with_attempt).await
+                fetch_claimed::<DB>(&mut conn, stmt, &args, checked.columns).await
             }
             Claim::SelectThenUpdate { select, updates } => {
                 let begin = dialect::mysql_begin();
                 in_transaction::<DB, _>(&mut conn, begin, async |tx| {
-                    let rows = fetch_claimed::<DB>(tx, select, &args, checked.with_attempt).await?;
+                    let rows = fetch_claimed::<DB>(tx, select, &args, checked.columns).await?;
                     if !rows.is_empty() {
                         let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
                         let args = Args { ids: &ids, ..args };

@@ -1,0 +1,127 @@
+//! Upkeep: what a queue's long life costs it, measured on drains of a backlog.
+//!
+//! - **bloat** (PostgreSQL): drains a backlog of `--rows` (default 100,000) by a `Runner` of
+//!   `--workers` (default 8) workers, with and without a transaction that holds `xmin` for the
+//!   whole drain (a `REPEATABLE READ` transaction that read the table, kept open on a connection
+//!   of its own), for each claim form (`--form lease,row_lock`) and table `fillfactor`
+//!   (`--fillfactor 100,80`); the pair with and without runs back to back, `--rounds` times
+//!   (default 3). It reports jobs per second (median and best), their ratio, the lease updates
+//!   that were HOT (`pg_stat_user_tables.n_tup_hot_upd` over `n_tup_upd`) and the claim index's
+//!   size after the drain.
+//! - **cost** (PostgreSQL, SQLite): the price of the `metrics` feature. Drains `--rows` (default
+//!   20,000) by a lease queue of `--workers` workers acking at once, alternately without a recorder
+//!   on a table that declares no `created_at` (**plain**) and with `metrics-exporter-prometheus`'s
+//!   recorder and `created_at` declared (**recorded**: every counter, histogram and gauge
+//!   recorded, the claim reading the creation time), `--rounds` times (default 5). `--sides
+//!   plain` or `--sides recorded` runs one side only (for a build without the feature).
+//!
+//! ```sh
+//! export SQLX_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test
+//! cargo bench --bench upkeep -- bloat
+//! cargo bench --bench upkeep -- bloat --rows 20000 --rounds 1 --form lease --fillfactor 100
+//! cargo bench --bench upkeep -- cost --db postgres,sqlite
+//! ```
+//!
+//! Each drain is timed from the runner's start to its last settlement, and checked: every row
+//! acked once (the runner's counts), the table empty. Tables are named `bench_upkeep_<pid>` and
+//! dropped at the end. Progress goes to standard error, the results to standard output.
+
+mod bloat;
+mod cost;
+mod drain;
+
+use std::time::Duration;
+
+/// The options of both benches.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub(crate) rows: usize,
+    pub(crate) rounds: usize,
+    pub(crate) workers: usize,
+    pub(crate) forms: Vec<String>,
+    pub(crate) fillfactors: Vec<u8>,
+    pub(crate) dbs: Vec<String>,
+    pub(crate) sides: Vec<String>,
+    /// A drain still running after this long fails.
+    pub(crate) cap: Duration,
+}
+
+impl Options {
+    fn parse(bench: &str, args: &[String]) -> Self {
+        let bloat = bench == "bloat";
+        let mut options = Options {
+            rows: if bloat { 100_000 } else { 20_000 },
+            rounds: if bloat { 3 } else { 5 },
+            workers: 8,
+            forms: vec!["lease".into(), "row_lock".into()],
+            fillfactors: vec![100, 80],
+            dbs: vec!["postgres".into(), "sqlite".into()],
+            sides: vec!["plain".into(), "recorded".into()],
+            cap: Duration::from_secs(600),
+        };
+        let list = |value: &str| -> Vec<String> { value.split(',').map(str::to_owned).collect() };
+        let mut i = 0;
+        while i < args.len() {
+            let value = args.get(i + 1).map(String::as_str).unwrap_or("");
+            match args[i].as_str() {
+                "--rows" => options.rows = value.parse().expect("--rows N"),
+                "--rounds" => options.rounds = value.parse().expect("--rounds N"),
+                "--workers" => options.workers = value.parse().expect("--workers N"),
+                "--form" => options.forms = list(value),
+                "--fillfactor" => {
+                    options.fillfactors = list(value)
+                        .iter()
+                        .map(|f| f.parse().expect("--fillfactor 10..100"))
+                        .collect();
+                }
+                "--db" => options.dbs = list(value),
+                "--sides" => options.sides = list(value),
+                "--cap-secs" => {
+                    options.cap = Duration::from_secs(value.parse().expect("--cap-secs N"));
+                }
+                // cargo bench passes `--bench`.
+                "--bench" => {
+                    i += 1;
+                    continue;
+                }
+                other => panic!("unknown option {other}"),
+            }
+            i += 2;
+        }
+        options
+    }
+}
+
+/// The median and the best of `samples`.
+pub(crate) fn median_best(samples: &[f64]) -> (f64, f64) {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = match sorted.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    };
+    (median, sorted.last().copied().unwrap_or(f64::NAN))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let bench = args
+        .iter()
+        .find(|a| !a.starts_with("--") && a.as_str() != "upkeep")
+        .cloned()
+        .unwrap_or_else(|| "bloat".to_owned());
+    let rest: Vec<String> = args.into_iter().filter(|a| *a != bench).collect();
+    let options = Options::parse(&bench, &rest);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        match bench.as_str() {
+            "bloat" => bloat::run(&options).await,
+            "cost" => cost::run(&options).await,
+            other => panic!("unknown bench {other}: bloat or cost"),
+        }
+    });
+}
