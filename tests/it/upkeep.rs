@@ -43,7 +43,9 @@ fn held_queue<DB: TestDb>(
     seen: mpsc::UnboundedSender<i64>,
 ) -> impl sqlx_queue::Mount<DB> {
     let gate = Arc::clone(gate);
-    Queue::table(jobs(t))
+    // With priorities, the lease form claims no rows ahead of its one worker: the rows after the
+    // one in work stay ready.
+    Queue::table(jobs(t).priority("priority"))
         .named(queue)
         .lease("locked_until")
         .handler(move |d: Delivery<DB>| {
@@ -64,6 +66,7 @@ pub(crate) async fn counts_and_gauges_tell_the_oldest_ready_jobs_age<DB: TestDb>
         .table(Spec {
             group: true,
             created_at: true,
+            priority: true,
             ..Spec::lease()
         })
         .await;
