@@ -11,7 +11,8 @@
 //! through single and bulk enqueues and unique jobs, to plain, batch, transactional and row mode
 //! deliveries; a job without headers is delivered with none; what cannot be stored is refused at
 //! enqueue; what another writer stored that is not an object of strings never reaches a handler;
-//! a column that cannot hold headers is refused at start. The JSON text itself (escapes, what a
+//! a column that cannot hold headers is refused at start; `examples/traceparent.rs` continues the
+//! enqueuing request's trace in the handler. The JSON text itself (escapes, what a
 //! database rewrites) is unit-tested in `src/table/headers.rs`.
 
 #[allow(
@@ -22,6 +23,7 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod example;
 mod kinds;
 mod refusals;
 mod round_trip;
