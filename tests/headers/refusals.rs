@@ -111,11 +111,12 @@ pub(crate) async fn stored_headers_that_are_not_an_object_of_strings_never_reach
         );
         // No dead letter: an undecodable row is dropped, as an undecodable payload is.
         ctx.wait_none(&t, "1 = 1", 30).await;
+        let rows = 1 + bad.len() as u64;
         let stats = || running.stats();
         wait_for(
             "every settlement counted",
             std::time::Duration::from_secs(5),
-            || async { stats().acked + stats().dropped >= 1 + bad.len() as u64 },
+            || async { stats().acked + stats().dropped >= rows },
         )
         .await;
         let stats = running.stats();
