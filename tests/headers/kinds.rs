@@ -1,12 +1,12 @@
-//! Headers reach every kind of delivery (batch, transactional, row mode), and unique jobs carry
-//! them (a replace replaces them with the payload).
+//! Headers reach every kind of delivery (batch and transactional on every claim form, row mode),
+//! and unique jobs carry them (a replace replaces them with the payload).
 
 use std::collections::BTreeMap;
 
 use sqlx_queue::{Delivery, Enqueued, Job, Outcome, Queue, Runner, Table, Transactional};
 use tokio::sync::mpsc;
 
-use crate::support::{Ctx, Spec, TestDb, TestRow, recv};
+use crate::support::{Ctx, Form, Spec, TestDb, TestRow, recv};
 use crate::{Map, awkward, column_types, read, table_with_headers, with};
 
 /// A lease table with headers (of the database's first column type), a job with every awkward
@@ -34,22 +34,22 @@ async fn collect(seen: &mut mpsc::UnboundedReceiver<(i64, Map)>, n: usize) -> BT
     got
 }
 
-pub(crate) async fn batch_deliveries_carry_their_headers<DB: TestDb>() {
+pub(crate) async fn batch_deliveries_carry_their_headers<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
     let (t, jobs, want) = two_jobs(&mut ctx).await;
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let queue = Queue::table(jobs)
-        .lease("locked_until")
-        .batch(10)
-        .batch_handler(move |ds: Vec<Delivery<DB>>| {
-            for d in &ds {
-                let _ = tx.send((d.id(), read(d)));
-            }
-            let n = ds.len();
-            async move { vec![Outcome::ack(); n] }
-        });
+    let queue =
+        F::apply(Queue::table(jobs))
+            .batch(10)
+            .batch_handler(move |ds: Vec<Delivery<DB>>| {
+                for d in &ds {
+                    let _ = tx.send((d.id(), read(d)));
+                }
+                let n = ds.len();
+                async move { vec![Outcome::ack(); n] }
+            });
     let running = Runner::new(ctx.pool.clone())
         .mount(queue)
         .start()
@@ -62,19 +62,18 @@ pub(crate) async fn batch_deliveries_carry_their_headers<DB: TestDb>() {
     ctx.drop_tables().await;
 }
 
-pub(crate) async fn transactional_deliveries_carry_their_headers<DB: TestDb>() {
+pub(crate) async fn transactional_deliveries_carry_their_headers<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
     let (t, jobs, want) = two_jobs(&mut ctx).await;
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let queue = Queue::table(jobs)
-        .lease("locked_until")
-        .transactional()
-        .handler(move |d: Delivery<DB, Transactional>| {
+    let queue = F::apply(Queue::table(jobs)).transactional().handler(
+        move |d: Delivery<DB, Transactional>| {
             let _ = tx.send((d.id(), read(&d)));
             async { Outcome::ack() }
-        });
+        },
+    );
     let running = Runner::new(ctx.pool.clone())
         .mount(queue)
         .start()

@@ -45,29 +45,29 @@ macro_rules! instantiate {
     )+};
 }
 
+/// In a database's module, one module per claim form with the tests run on each form.
+macro_rules! forms {
+    ($ty:ty: $($module:ident => $form:ident),+) => {$(
+        mod $module {
+            instantiate!(round_trip<$ty, crate::support::$form>:
+                headers_round_trip_on_every_column_type);
+            instantiate!(kinds<$ty, crate::support::$form>:
+                batch_deliveries_carry_their_headers,
+                transactional_deliveries_carry_their_headers,
+            );
+        }
+    )+};
+}
+
 /// One module per database (`postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`), with one
 /// module per claim form for the round trips; `$row_lock` where the database has row locks.
 macro_rules! per_database {
     ($($db:ident => $ty:ty $(, $row_lock:ident)?);* $(;)?) => {$(
         mod $db {
-            mod lease {
-                instantiate!(round_trip<$ty, crate::support::LeaseForm>:
-                    headers_round_trip_on_every_column_type);
-            }
-            mod advisory {
-                instantiate!(round_trip<$ty, crate::support::AdvisoryForm>:
-                    headers_round_trip_on_every_column_type);
-            }
-            $(
-                mod $row_lock {
-                    instantiate!(round_trip<$ty, crate::support::RowLockForm>:
-                        headers_round_trip_on_every_column_type);
-                }
-            )?
+            forms!($ty: lease => LeaseForm, advisory => AdvisoryForm);
+            $(forms!($ty: $row_lock => RowLockForm);)?
             mod kinds {
                 instantiate!(kinds<$ty>:
-                    batch_deliveries_carry_their_headers,
-                    transactional_deliveries_carry_their_headers,
                     row_mode_deliveries_carry_their_headers,
                     unique_jobs_carry_their_headers_and_a_replace_replaces_them,
                 );
