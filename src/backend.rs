@@ -211,7 +211,7 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
             let (payload, attempt, headers, undecodable) = match rest() {
                 Ok((payload, attempt, headers)) => match Headers::decode(&headers) {
                     Ok(headers) => (payload, attempt, headers, None),
-                    Err(why) => (Vec::new(), None, Headers::default(), Some(why)),
+                    Err(why) => (payload, attempt, Headers::default(), Some(why)),
                 },
                 Err(error) => (
                     Vec::new(),

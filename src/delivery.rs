@@ -51,8 +51,8 @@ impl TransactionalMode for Transactional {}
 /// (or a [`Tx`]) escaped into another task.
 pub(crate) type TxSlot<DB> = Arc<tokio::sync::Mutex<Option<HeldConn<DB>>>>;
 
-/// One row handed to a handler: its id, payload and attempt count, owned, so the handler's future
-/// can be spawned.
+/// One row handed to a handler: its id, payload, attempt count and [headers](Delivery::headers),
+/// owned, so the handler's future can be spawned.
 ///
 /// `M` is the queue's mode: [`Plain`] (the default) or
 /// [`Transactional`](crate::Transactional), whose deliveries lend their transaction through
