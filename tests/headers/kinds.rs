@@ -1,4 +1,4 @@
-//! Headers reach every kind of delivery (batch and transactional on every claim form, row mode),
+//! Headers reach every kind of delivery (batch, transactional and row mode, on every claim form),
 //! and unique jobs carry them (a replace replaces them with the payload).
 
 use std::collections::BTreeMap;
@@ -97,20 +97,17 @@ impl<R: TestRow> sqlx::FromRow<'_, R> for Row {
     }
 }
 
-pub(crate) async fn row_mode_deliveries_carry_their_headers<DB: TestDb>() {
+pub(crate) async fn row_mode_deliveries_carry_their_headers<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
     let (t, jobs, want) = two_jobs(&mut ctx).await;
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let queue =
-        Queue::table(jobs)
-            .lease("locked_until")
-            .row_handler(move |row: Row, d: Delivery<DB>| {
-                assert_eq!(row.id, d.id());
-                let _ = tx.send((row.id, read(&d)));
-                async { Outcome::ack() }
-            });
+    let queue = F::apply(Queue::table(jobs)).row_handler(move |row: Row, d: Delivery<DB>| {
+        assert_eq!(row.id, d.id());
+        let _ = tx.send((row.id, read(&d)));
+        async { Outcome::ack() }
+    });
     let running = Runner::new(ctx.pool.clone())
         .mount(queue)
         .start()

@@ -54,6 +54,7 @@ macro_rules! forms {
             instantiate!(kinds<$ty, crate::support::$form>:
                 batch_deliveries_carry_their_headers,
                 transactional_deliveries_carry_their_headers,
+                row_mode_deliveries_carry_their_headers,
             );
         }
     )+};
@@ -68,7 +69,6 @@ macro_rules! per_database {
             $(forms!($ty: $row_lock => RowLockForm);)?
             mod kinds {
                 instantiate!(kinds<$ty>:
-                    row_mode_deliveries_carry_their_headers,
                     unique_jobs_carry_their_headers_and_a_replace_replaces_them,
                 );
             }
