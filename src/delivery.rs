@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::{Backend, HeldConn};
+use crate::table::Headers;
 
 mod sealed {
     pub trait Sealed {}
@@ -50,8 +51,8 @@ impl TransactionalMode for Transactional {}
 /// (or a [`Tx`]) escaped into another task.
 pub(crate) type TxSlot<DB> = Arc<tokio::sync::Mutex<Option<HeldConn<DB>>>>;
 
-/// One row handed to a handler: its id, payload and attempt count, owned, so the handler's future
-/// can be spawned.
+/// One row handed to a handler: its id, payload, attempt count and [headers](Delivery::headers),
+/// owned, so the handler's future can be spawned.
 ///
 /// `M` is the queue's mode: [`Plain`] (the default) or
 /// [`Transactional`](crate::Transactional), whose deliveries lend their transaction through
@@ -77,6 +78,7 @@ pub struct Delivery<DB: Backend, M: Mode = Plain> {
     pub(crate) payload: Vec<u8>,
     pub(crate) attempt: u32,
     pub(crate) group: Option<Arc<str>>,
+    pub(crate) headers: Headers,
     pub(crate) tx: Option<TxSlot<DB>>,
     pub(crate) mode: PhantomData<fn() -> M>,
 }
@@ -87,6 +89,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
         payload: Vec<u8>,
         attempt: u32,
         group: Option<Arc<str>>,
+        headers: Headers,
         tx: Option<TxSlot<DB>>,
     ) -> Self {
         Delivery {
@@ -94,6 +97,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
             payload,
             attempt,
             group,
+            headers,
             tx,
             mode: PhantomData,
         }
@@ -126,6 +130,18 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
     /// column.
     pub fn group(&self) -> Option<&str> {
         self.group.as_deref()
+    }
+
+    /// The value of the job's header `key` ([`Job::header`](crate::Job::header)), byte for byte
+    /// as enqueued; `None` when the job did not carry it or the table has no
+    /// [headers](crate::Table::headers) column.
+    pub fn header(&self, key: &str) -> Option<&str> {
+        self.headers.get(key)
+    }
+
+    /// All the job's headers, in key order (empty when it carried none).
+    pub fn headers(&self) -> &Headers {
+        &self.headers
     }
 
     /// Decodes the payload as JSON.
@@ -177,6 +193,7 @@ impl<DB: Backend, M: Mode> fmt::Debug for Delivery<DB, M> {
             .field("attempt", &self.attempt)
             .field("group", &self.group)
             .field("payload_len", &self.payload.len())
+            .field("headers", &self.headers.len())
             .field("transactional", &M::TRANSACTIONAL)
             .finish()
     }

@@ -110,7 +110,14 @@ where
         .zip(&settled_first)
         .filter(|(_, first)| first.is_none())
         .map(|((row, attempt), _)| {
-            Delivery::new(row.id, row.payload, *attempt, q.group.clone(), None)
+            Delivery::new(
+                row.id,
+                row.payload,
+                *attempt,
+                q.group.clone(),
+                row.headers,
+                None,
+            )
         })
         .collect();
     let handed = deliveries.len();

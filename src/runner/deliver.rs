@@ -87,8 +87,14 @@ async fn run<DB, F, H>(
             false => None,
             true => Some(read_row(q, &mut hold, &mut slot, id).await?),
         };
-        let delivery =
-            Delivery::<DB, H::Mode>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
+        let delivery = Delivery::<DB, H::Mode>::new(
+            id,
+            row.payload,
+            attempt,
+            q.group.clone(),
+            row.headers,
+            slot.clone(),
+        );
         let since = q.observe.timer();
         let Kept { result, extending } = call(q, handler, id, &mut hold, delivery, whole).await;
         let Some(handled) = result else {
