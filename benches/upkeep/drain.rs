@@ -66,7 +66,11 @@ macro_rules! calls {
             table.enqueue_many(pool, jobs).await
         }
 
-        async fn enqueue(pool: &Pool<Self>, table: &Table, job: Job<'_>) -> sqlx_queue::Result<i64> {
+        async fn enqueue(
+            pool: &Pool<Self>,
+            table: &Table,
+            job: Job<'_>,
+        ) -> sqlx_queue::Result<i64> {
             table.enqueue(pool, job).await
         }
 

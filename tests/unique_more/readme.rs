@@ -26,7 +26,10 @@ fn readme_block<DB: TestDb>(section: &str, name: &str) -> String {
     };
     let readme = include_str!("../../README.md");
     let from = readme.find(section).expect("the README has the section");
-    let start = from + readme[from..].find(marker).expect("a block for this database");
+    let start = from
+        + readme[from..]
+            .find(marker)
+            .expect("a block for this database");
     let block = &readme[start..];
     let end = block.find("```").expect("the block ends");
     block[..end].replace("signup_jobs", name)
