@@ -7,7 +7,8 @@
 //! the key when that transaction rolls back and is told the committed job's id when it commits;
 //! eight enqueuers of one key, each in its own transaction, half skipping and half replacing,
 //! make one row and are each told the truth. `readme.rs` runs the README's unique column and
-//! index for each database, as written, on the README's queue table.
+//! index for each database, as written, on the README's queue table. `bulk.rs`: a bulk enqueue
+//! whose keys meet a job in work, a waiting job to debounce, and a key given twice.
 
 #[allow(
     dead_code,
@@ -22,6 +23,7 @@ mod unique;
 #[path = "../it/unique_work.rs"]
 mod unique_work;
 
+mod bulk;
 mod races;
 mod readme;
 
@@ -57,6 +59,9 @@ macro_rules! per_database {
             }
             mod readme {
                 crate::readme::tests!($ty);
+            }
+            mod bulk {
+                crate::bulk::tests!($ty);
             }
             mod lease_unique {
                 crate::unique_work::tests!($ty, crate::support::LeaseForm);
