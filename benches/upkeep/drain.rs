@@ -5,10 +5,11 @@ use std::future::Future;
 use std::str::FromStr as _;
 use std::time::{Duration, Instant};
 
+use sqlx::mysql::{MySqlConnectOptions, MySqlSslMode};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 use sqlx::{AssertSqlSafe, ConnectOptions as _, Pool};
-use sqlx_queue::{Backend, Job, Runner, Running, Table};
+use sqlx_queue::{Backend, Enqueued, Job, Runner, Running, Table, UniqueJob};
 
 /// A database a bench drains on.
 pub(crate) trait BenchDb: Backend {
@@ -23,9 +24,27 @@ pub(crate) trait BenchDb: Backend {
         table: &Table,
         jobs: &[Job<'_>],
     ) -> impl Future<Output = sqlx_queue::Result<u64>> + Send;
+    fn enqueue(
+        pool: &Pool<Self>,
+        table: &Table,
+        job: Job<'_>,
+    ) -> impl Future<Output = sqlx_queue::Result<i64>> + Send;
+    fn enqueue_unique(
+        pool: &Pool<Self>,
+        table: &Table,
+        job: UniqueJob<'_>,
+    ) -> impl Future<Output = sqlx_queue::Result<Enqueued>> + Send;
+    fn enqueue_many_unique(
+        pool: &Pool<Self>,
+        table: &Table,
+        jobs: &[UniqueJob<'_>],
+    ) -> impl Future<Output = sqlx_queue::Result<Vec<Enqueued>>> + Send;
     /// The queue table (the README's schema for this database, without `processed_at`: acks
     /// delete), with `fillfactor` where the database takes one.
     fn schema(table: &str, fillfactor: u8) -> String;
+    /// A `dedupe` unique key column for [`schema`](BenchDb::schema)'s table, and its unique
+    /// index (the table keeps no finished rows: a plain index).
+    fn unique_column(table: &str) -> String;
 }
 
 macro_rules! calls {
@@ -45,6 +64,30 @@ macro_rules! calls {
             jobs: &[Job<'_>],
         ) -> sqlx_queue::Result<u64> {
             table.enqueue_many(pool, jobs).await
+        }
+
+        async fn enqueue(
+            pool: &Pool<Self>,
+            table: &Table,
+            job: Job<'_>,
+        ) -> sqlx_queue::Result<i64> {
+            table.enqueue(pool, job).await
+        }
+
+        async fn enqueue_unique(
+            pool: &Pool<Self>,
+            table: &Table,
+            job: UniqueJob<'_>,
+        ) -> sqlx_queue::Result<Enqueued> {
+            table.enqueue_unique(pool, job).await
+        }
+
+        async fn enqueue_many_unique(
+            pool: &Pool<Self>,
+            table: &Table,
+            jobs: &[UniqueJob<'_>],
+        ) -> sqlx_queue::Result<Vec<Enqueued>> {
+            table.enqueue_many_unique(pool, jobs).await
         }
     };
 }
@@ -75,6 +118,45 @@ impl BenchDb for sqlx::Postgres {
             CREATE INDEX {table}_claim ON {table} (queue, id)"
         )
     }
+
+    fn unique_column(table: &str) -> String {
+        format!(
+            "ALTER TABLE {table} ADD COLUMN dedupe TEXT; \
+             CREATE UNIQUE INDEX {table}_dedupe ON {table} (dedupe)"
+        )
+    }
+}
+
+impl BenchDb for sqlx::MySql {
+    const ID: &'static str = "mysql";
+    const URL_VAR: Option<&'static str> = Some("SQLX_QUEUE_MYSQL_URL");
+    calls!();
+
+    async fn connect(url: &str, max: u32) -> sqlx::Result<Pool<Self>> {
+        let options = MySqlConnectOptions::from_str(url)?
+            .ssl_mode(MySqlSslMode::Disabled)
+            .disable_statement_logging();
+        pool_options(max).connect_with(options).await
+    }
+
+    fn schema(table: &str, _: u8) -> String {
+        format!(
+            "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (
+                id BIGINT AUTO_INCREMENT PRIMARY KEY, queue VARCHAR(64) NOT NULL,
+                payload LONGBLOB NOT NULL, attempt INT NOT NULL DEFAULT 1,
+                locked_until DATETIME(6), retry_after DATETIME(6),
+                created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+                INDEX {table}_claim (queue, id)
+            ) ENGINE = InnoDB"
+        )
+    }
+
+    fn unique_column(table: &str) -> String {
+        format!(
+            "ALTER TABLE {table} ADD COLUMN dedupe VARCHAR(255), \
+             ADD UNIQUE INDEX {table}_dedupe (dedupe)"
+        )
+    }
 }
 
 impl BenchDb for sqlx::Sqlite {
@@ -100,6 +182,13 @@ impl BenchDb for sqlx::Sqlite {
                 created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
             );
             CREATE INDEX {table}_claim ON {table} (queue, id)"
+        )
+    }
+
+    fn unique_column(table: &str) -> String {
+        format!(
+            "ALTER TABLE {table} ADD COLUMN dedupe TEXT; \
+             CREATE UNIQUE INDEX {table}_dedupe ON {table} (dedupe)"
         )
     }
 }

@@ -1,4 +1,5 @@
-//! Upkeep: what a queue's long life costs it, measured on drains of a backlog.
+//! Upkeep: what a queue's long life costs it, measured on drains of a backlog; and what a unique
+//! key costs an enqueue.
 //!
 //! - **bloat** (PostgreSQL): drains a backlog of `--rows` (default 100,000) by a `Runner` of
 //!   `--workers` (default 8) workers, with and without a transaction that holds `xmin` for the
@@ -14,21 +15,33 @@
 //!   recorder and `created_at` declared (**recorded**: every counter, histogram and gauge
 //!   recorded, the claim reading the creation time), `--rounds` times (default 5). `--sides
 //!   plain` or `--sides recorded` runs one side only (for a build without the feature).
+//! - **unique** (PostgreSQL, MySQL/MariaDB, SQLite): the price of a unique key column on
+//!   enqueue. `--rows` jobs (default 5,000) enqueued one at a time (**single**), then ten times
+//!   as many in batches of `--batch` (default 100, **bulk**), from `--workers` tasks at once,
+//!   into a fresh table of the drains' schema (`drain.rs`) without a unique column (**plain**: `enqueue`,
+//!   `enqueue_many`) and with a `dedupe` column, its unique index and a fresh key per job
+//!   (**unique**: `enqueue_unique`, `enqueue_many_unique`), the two sides alternating (A B, then
+//!   B A) for `--rounds` rounds (default 5). It reports jobs per second (median and best) and
+//!   the ratio unique ÷ plain (the median of each round's ratio, and best ÷ best).
 //!
 //! ```sh
 //! export SQLX_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test
 //! cargo bench --bench upkeep -- bloat
 //! cargo bench --bench upkeep -- bloat --rows 20000 --rounds 1 --form lease --fillfactor 100
 //! cargo bench --bench upkeep -- cost --db postgres,sqlite
+//! export SQLX_QUEUE_MYSQL_URL=mysql://root@127.0.0.1:3306/test
+//! cargo bench --bench upkeep -- unique --db postgres,mysql,sqlite
 //! ```
 //!
-//! Each drain is timed from the runner's start to its last settlement, and checked: every row
-//! acked once (the runner's counts), the table empty. Tables are named `bench_upkeep_<pid>` and
-//! dropped at the end. Progress goes to standard error, the results to standard output.
+//! Each drain of bloat and cost is timed from the runner's start to its last settlement, and
+//! checked: every row acked once (the runner's counts), the table empty; each enqueue of unique
+//! from its first statement to its tasks' last, and checked: every unique job new, as many rows
+//! as jobs, as many keys as rows. Tables are named `bench_upkeep_<pid>` and dropped at the end. Progress goes to standard error, the results to standard output.
 
 mod bloat;
 mod cost;
 mod drain;
+mod unique;
 
 use std::time::Duration;
 
@@ -38,6 +51,8 @@ pub(crate) struct Options {
     pub(crate) rows: usize,
     pub(crate) rounds: usize,
     pub(crate) workers: usize,
+    /// Jobs per `enqueue_many` of the unique bench.
+    pub(crate) batch: usize,
     pub(crate) forms: Vec<String>,
     pub(crate) fillfactors: Vec<u8>,
     pub(crate) dbs: Vec<String>,
@@ -49,13 +64,23 @@ pub(crate) struct Options {
 impl Options {
     fn parse(bench: &str, args: &[String]) -> Self {
         let bloat = bench == "bloat";
+        let unique = bench == "unique";
         let mut options = Options {
-            rows: if bloat { 100_000 } else { 20_000 },
+            rows: match bench {
+                "bloat" => 100_000,
+                "unique" => 5_000,
+                _ => 20_000,
+            },
             rounds: if bloat { 3 } else { 5 },
             workers: 8,
+            batch: 100,
             forms: vec!["lease".into(), "row_lock".into()],
             fillfactors: vec![100, 80],
-            dbs: vec!["postgres".into(), "sqlite".into()],
+            dbs: if unique {
+                vec!["postgres".into(), "mysql".into(), "sqlite".into()]
+            } else {
+                vec!["postgres".into(), "sqlite".into()]
+            },
             sides: vec!["plain".into(), "recorded".into()],
             cap: Duration::from_secs(600),
         };
@@ -67,6 +92,7 @@ impl Options {
                 "--rows" => options.rows = value.parse().expect("--rows N"),
                 "--rounds" => options.rounds = value.parse().expect("--rounds N"),
                 "--workers" => options.workers = value.parse().expect("--workers N"),
+                "--batch" => options.batch = value.parse().expect("--batch N"),
                 "--form" => options.forms = list(value),
                 "--fillfactor" => {
                     options.fillfactors = list(value)
@@ -121,7 +147,8 @@ fn main() {
         match bench.as_str() {
             "bloat" => bloat::run(&options).await,
             "cost" => cost::run(&options).await,
-            other => panic!("unknown bench {other}: bloat or cost"),
+            "unique" => unique::run(&options).await,
+            other => panic!("unknown bench {other}: bloat, cost or unique"),
         }
     });
 }

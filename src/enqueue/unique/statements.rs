@@ -80,10 +80,18 @@ impl Table {
             let rows = match (DB::fetch_all(conn, q).await, again) {
                 // A SQLite connection prepares with the schema it last read: one that has not
                 // read it since the unique index was created finds no index for the conflict
-                // target. A read of the schema renews it.
+                // target. A statement that runs renews it: a write that changes nothing, so
+                // that in the caller's transaction the snapshot it begins holds the write lock
+                // (a read would begin one that the insert could not upgrade once another
+                // connection wrote: "database is locked").
                 (Err(error), Some(again)) if no_unique_index(&error) => {
-                    let renew = sqlx::SqlStr::from_static("SELECT 1 FROM sqlite_master LIMIT 1");
-                    DB::fetch_all(conn, backend::query::<DB>(renew, [])).await?;
+                    let renew = format!(
+                        "UPDATE {} SET {id} = {id} WHERE 0",
+                        names.table,
+                        id = names.id
+                    );
+                    let renew = AssertSqlSafe(renew).into_sql_str();
+                    DB::execute(conn, backend::query::<DB>(renew, [])).await?;
                     DB::fetch_all(conn, again).await
                 }
                 (rows, _) => rows,
