@@ -64,6 +64,9 @@ mod schema;
 mod shutdown;
 mod transactional;
 mod unique;
+mod unique_bulk;
+mod unique_races;
+mod unique_readme;
 mod unique_work;
 mod upkeep;
 
@@ -90,7 +93,8 @@ macro_rules! per_database {
         mod $db {
             modules!($ty:
                 lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
-                rows, identity, dead_table, custom_sql, refusals, unique, ahead, upkeep,
+                rows, identity, dead_table, custom_sql, refusals, unique, unique_bulk, unique_races,
+                unique_readme, ahead, upkeep,
             );
             modules!($ty:
                 advisory => held(AdvisoryForm),

@@ -15,7 +15,7 @@ use crate::unique::unique_table;
 /// database's module).
 macro_rules! tests {
     ($db:ty) => {
-        crate::instantiate!(bulk<$db>:
+        crate::instantiate!(unique_bulk<$db>:
             bulk_enqueue_meets_a_job_in_work_and_debounces_a_waiting_one,
         );
     };

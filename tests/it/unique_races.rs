@@ -14,7 +14,7 @@ use crate::unique::unique_table;
 /// database's module).
 macro_rules! tests {
     ($db:ty) => {
-        crate::instantiate!(races<$db>:
+        crate::instantiate!(unique_races<$db>:
             an_enqueuer_waiting_on_an_open_transactions_key_is_told_how_it_ended,
             eight_enqueuers_in_transactions_skipping_and_replacing_are_each_told_the_truth,
         );

@@ -10,7 +10,7 @@ use crate::support::{Ctx, TestDb};
 /// database's module).
 macro_rules! tests {
     ($db:ty) => {
-        crate::instantiate!(readme<$db>:
+        crate::instantiate!(unique_readme<$db>:
             the_readme_unique_index_holds_one_unfinished_job_per_key,
         );
     };
