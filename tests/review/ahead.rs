@@ -70,7 +70,14 @@ pub(crate) async fn a_row_that_waited_past_its_lease_is_delivered_on_its_first_a
         .unwrap();
     let mut by_b = Vec::new();
     for _ in 0..3 {
-        by_b.push(recv(&mut b_seen, "runner B's deliveries of the rows A waited with", 30).await);
+        by_b.push(
+            recv(
+                &mut b_seen,
+                "runner B's deliveries of the rows A waited with",
+                30,
+            )
+            .await,
+        );
     }
     gate.add_permits(1);
     ctx.wait_none(&t, "1 = 1", 30).await;

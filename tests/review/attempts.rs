@@ -47,7 +47,10 @@ async fn seen_three(
 }
 
 fn first_deliveries() -> Vec<(String, u32)> {
-    ["a", "b", "c"].iter().map(|p| ((*p).to_owned(), 1)).collect()
+    ["a", "b", "c"]
+        .iter()
+        .map(|p| ((*p).to_owned(), 1))
+        .collect()
 }
 
 pub(crate) async fn a_claim_failing_on_one_row_counts_no_attempt_of_the_others<DB: TestDb>() {
@@ -87,9 +90,7 @@ pub(crate) async fn a_claim_failing_on_one_row_counts_no_attempt_of_the_others<D
     ctx.drop_tables().await;
 }
 
-pub(crate) async fn a_batch_claim_failing_on_one_row_counts_no_attempt_of_the_others<
-    DB: TestDb,
->() {
+pub(crate) async fn a_batch_claim_failing_on_one_row_counts_no_attempt_of_the_others<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };

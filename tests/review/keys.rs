@@ -85,13 +85,82 @@ pub(crate) async fn the_keys_held_are_the_rows_in_work_and_none_after_shutdown<D
         recv(&mut started, "twenty more handlers started", 30).await;
     }
     ctx.wait_count(&t, "1 = 1", 20, 30).await;
-    wait_for("the keys of three rows in work", Duration::from_secs(10), || async {
-        keys_held(&ctx, &t).await == 3
-    })
+    wait_for(
+        "the keys of three rows in work",
+        Duration::from_secs(10),
+        || async { keys_held(&ctx, &t).await == 3 },
+    )
     .await;
     let shutdown = tokio::spawn(running.shutdown());
     gate.add_permits(3);
     shutdown.await.unwrap().unwrap();
     assert_eq!(keys_held(&ctx, &t).await, 0, "no key left after shutdown");
+    ctx.drop_tables().await;
+}
+
+/// A trigger refusing the delete of the row whose payload is `bad`.
+fn refusing_bad<DB: TestDb>(t: &str) -> String {
+    match DB::LABEL {
+        "postgres" => format!(
+            "CREATE FUNCTION {t}_refuse() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN IF OLD.payload = 'bad'::bytea THEN RAISE EXCEPTION 'refused'; END IF; \
+             RETURN OLD; END $$; \
+             CREATE TRIGGER {t}_refuse BEFORE DELETE ON {t} \
+             FOR EACH ROW EXECUTE FUNCTION {t}_refuse()"
+        ),
+        "mysql" => format!(
+            "CREATE TRIGGER {t}_refuse BEFORE DELETE ON {t} FOR EACH ROW \
+             IF OLD.payload = 'bad' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; \
+             END IF"
+        ),
+        _ => format!(
+            "CREATE TRIGGER {t}_refuse BEFORE DELETE ON {t} \
+             WHEN CAST(OLD.payload AS TEXT) = 'bad' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        ),
+    }
+}
+
+pub(crate) async fn a_row_whose_ack_fails_keeps_no_key_and_its_session_settles_the_others<
+    DB: TestDb,
+>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::default()).await;
+    ctx.exec(&refusing_bad::<DB>(&t)).await;
+    let jobs: Vec<Job<'_>> = ["a", "bad", "c", "d"].iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
+        .await
+        .unwrap();
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    // Four workers: one claim takes the four rows on one session; every ack is grouped there.
+    let queue = Queue::table(Table::new(&t))
+        .advisory_lock()
+        .workers(4)
+        .handler(move |d: Delivery<DB>| {
+            let _ = tx.send(String::from_utf8_lossy(d.payload()).into_owned());
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        recv(&mut seen, "the four rows delivered", 30).await;
+    }
+    ctx.wait_count(&t, "1 = 1", 1, 30).await;
+    if DB::LABEL != "sqlite" {
+        // Held back for a second after its ack failed: its key released meanwhile.
+        wait_for("no key held", Duration::from_secs(10), || async {
+            keys_held(&ctx, &t).await == 0
+        })
+        .await;
+    }
+    running.shutdown().await.unwrap();
+    assert_eq!(ctx.count(&t, "1 = 1").await, 1, "the refused row is kept");
+    if DB::LABEL != "sqlite" {
+        assert_eq!(keys_held(&ctx, &t).await, 0, "no key left after shutdown");
+    }
     ctx.drop_tables().await;
 }

@@ -30,6 +30,7 @@ macro_rules! per_database {
                 attempts::a_claim_failing_on_one_row_counts_no_attempt_of_the_others,
                 attempts::a_batch_claim_failing_on_one_row_counts_no_attempt_of_the_others,
                 keys::the_keys_held_are_the_rows_in_work_and_none_after_shutdown,
+                keys::a_row_whose_ack_fails_keeps_no_key_and_its_session_settles_the_others,
             );
             known_defects!($ty:
                 ahead::a_row_that_waited_past_its_lease_is_delivered_on_its_first_attempt,
