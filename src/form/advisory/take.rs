@@ -27,7 +27,7 @@ impl AdvisoryForm {
         // a second statement would take again the keys of rows the first took, still claimable.
         let mut ids = self.lock::<DB>(conn, want, now, excluded).await?;
         let mut full = ids.len() == want;
-        let mut rows = self.read_taken::<DB>(conn, &ids, &ids, now).await?;
+        let mut rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
         // Rows settled by another session since the statement's snapshot leave places a claim
         // that found enough rows fills again, passing over the rows it took (a claim short of
         // its rows would make its queue wait for the poll with rows ready).
@@ -41,7 +41,8 @@ impl AdvisoryForm {
             let more = self.lock::<DB>(conn, short, now, &skip).await?;
             full = more.len() == short;
             ids.extend(&more);
-            rows.extend(self.read_taken::<DB>(conn, &more, &ids, now).await?);
+            let read = self.read_taken::<DB>(conn, &more, &ids, &rows, now).await?;
+            rows.extend(read);
         }
         // In claim order, as the keys were taken.
         rows.sort_by_key(|row| ids.iter().position(|id| *id == row.id));
@@ -53,12 +54,15 @@ impl AdvisoryForm {
 
     /// Reads rows `taken` again (whose keys `conn` now holds), those still claimable, their
     /// attempts counted, and gives back the keys of the others. A read that fails for a reason
-    /// of one row's own releases every key of the claim (`all`) and names the row.
+    /// of one row's own releases every key of the claim (`all`) and names the row; the rows the
+    /// claim read before (`read`, and this call's own), delivered none, go back with the
+    /// attempts they had.
     async fn read_taken<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         taken: &[i64],
         all: &[i64],
+        read: &[ClaimedRow],
         now: DateTime<Utc>,
     ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
         let mut rows = Vec::with_capacity(taken.len());
@@ -68,6 +72,11 @@ impl AdvisoryForm {
                 Err(error) if is_row_error(&error) => {
                     // One statement names no row: row by row to find it.
                     let named = self.reread_each::<DB>(conn, chunk, now).await;
+                    for row in read.iter().chain(&rows) {
+                        if let Some(attempt) = row.attempt {
+                            self.uncount::<DB>(conn, row.id, attempt).await;
+                        }
+                    }
                     self.unlock_many::<DB>(conn, all).await?;
                     return Err(named.err().unwrap_or(ClaimFailed {
                         row: None,
@@ -175,13 +184,21 @@ impl AdvisoryForm {
         Ok(rows)
     }
 
-    /// [`reread`](Self::reread) row by row, to name the row whose statement fails.
+    /// [`reread`](Self::reread) row by row, to name the row whose statement fails, in a
+    /// transaction rolled back at the end: it counts no attempt of the rows before that one
+    /// (the claim is given up, none of them delivered).
     async fn reread_each<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         ids: &[i64],
         now: DateTime<Utc>,
     ) -> Result<(), ClaimFailed> {
+        let unnamed = |error: sqlx::Error| ClaimFailed {
+            row: None,
+            error: error.into(),
+        };
+        conn.begin(None).await.map_err(unnamed)?;
+        let mut named = Ok(());
         for &id in ids {
             let args = Args {
                 id,
@@ -197,12 +214,17 @@ impl AdvisoryForm {
                 }
                 Ok::<_, sqlx::Error>(())
             };
-            taken.await.map_err(|error| ClaimFailed {
-                row: Some(id),
-                error: error.into(),
-            })?;
+            if let Err(error) = taken.await {
+                named = Err(ClaimFailed {
+                    row: Some(id),
+                    error: error.into(),
+                });
+                break;
+            }
         }
-        Ok(())
+        // A rollback that fails leaves the transaction open: the connection is then closed.
+        conn.rollback().await.map_err(unnamed)?;
+        named
     }
 
     /// Releases row `id`'s key. An unlock the server does not confirm is an error: the
