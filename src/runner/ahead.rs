@@ -126,6 +126,14 @@ where
     let waiting: Arc<Waiting<F::Hold>> = Arc::default();
     let deliveries = TaskTracker::new();
     let mut pace = Pace::default();
+    // Rows that waited half their lease for a worker go back.
+    let added = Arc::new(Notify::new());
+    deliveries.spawn(give_back_stale(
+        Arc::clone(&q),
+        Arc::clone(&waiting),
+        Arc::clone(&busy),
+        Arc::clone(&added),
+    ));
 
     loop {
         // Wait for a row in hand to end, then take every other place free: one claim fills them.
@@ -198,6 +206,7 @@ where
                 .into_iter()
                 .map(|(row, hold)| (row, hold, permits.split(1).expect("a permit per row"))),
         );
+        added.notify_one();
         for _ in 0..got {
             let (q, handler, workers) =
                 (Arc::clone(&q), Arc::clone(&handler), Arc::clone(&workers));
@@ -239,6 +248,66 @@ where
     deliveries.close();
     deliveries.wait().await;
     q.report(released.load(Ordering::Relaxed))
+}
+
+/// Gives back the rows that waited half their lease for a worker, their attempt uncounted,
+/// until the runner stops: their lease would expire before they start, and another runner's
+/// claim would count their attempt a second time. Workers that slow claim no rows ahead: the
+/// wait counts as a worker's busy time. (A hold without a lease never goes stale.)
+async fn give_back_stale<DB, F>(
+    q: Arc<Live<DB, F>>,
+    waiting: Arc<Waiting<F::Hold>>,
+    busy: Arc<Busy>,
+    added: Arc<Notify>,
+) where
+    DB: Backend,
+    F: Form<DB>,
+{
+    let stale_at = |hold: &F::Hold| {
+        q.form
+            .extend_every(hold)
+            .map(|(every, since)| (since + every, every))
+    };
+    loop {
+        let first = lock(&waiting)
+            .iter()
+            .filter_map(|(_, hold, _)| stale_at(hold))
+            .map(|(at, _)| at)
+            .min();
+        match first {
+            None => tokio::select! {
+                biased;
+                () = q.shared.stop.cancelled() => return,
+                () = added.notified() => continue,
+            },
+            Some(at) => tokio::select! {
+                biased;
+                () = q.shared.stop.cancelled() => return,
+                () = tokio::time::sleep_until(at) => {}
+            },
+        }
+        let now = Instant::now();
+        let stale: VecDeque<_> = {
+            let mut rows = lock(&waiting);
+            let (stale, kept) = rows
+                .drain(..)
+                .partition(|(_, hold, _)| stale_at(hold).is_some_and(|(at, _)| at <= now));
+            *rows = kept;
+            stale
+        };
+        for (row, hold, in_hand) in stale {
+            if let Some((_, every)) = stale_at(&hold) {
+                busy.record(every);
+            }
+            tracing::debug!(
+                queue = %q.label,
+                id = row.id,
+                "a row claimed ahead waited half its lease for a worker: given back"
+            );
+            release(&q, &row, hold).await;
+            drop(in_hand);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,8 @@ pub(crate) use instantiate;
 mod examples;
 mod support;
 
+mod advisory_attempts;
+mod advisory_keys;
 mod ahead;
 mod attempts;
 mod batch;
@@ -94,7 +96,7 @@ macro_rules! per_database {
             modules!($ty:
                 lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
                 rows, identity, dead_table, custom_sql, refusals, unique, unique_bulk, unique_races,
-                unique_readme, ahead, upkeep,
+                unique_readme, ahead, upkeep, advisory_attempts, advisory_keys,
             );
             modules!($ty:
                 advisory => held(AdvisoryForm),

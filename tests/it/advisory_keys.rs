@@ -11,6 +11,18 @@ use tokio::sync::Semaphore;
 
 use crate::support::{Ctx, Spec, TestDb, recv, wait_for};
 
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(advisory_keys<$db>:
+            the_keys_held_are_the_rows_in_work_and_none_after_shutdown,
+            a_row_whose_ack_fails_keeps_no_key_and_its_session_settles_the_others,
+        );
+    };
+}
+pub(crate) use tests;
+
 /// The 32-bit FNV-1a hash, the high half of a PostgreSQL key (README, "advisory lock").
 fn fnv1a_32(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5, |hash: u32, byte| {

@@ -7,6 +7,18 @@ use sqlx_queue::{Delivery, Outcome, Queue, Runner, Table};
 
 use crate::support::{Ctx, Spec, TestDb, recv};
 
+/// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
+/// database's module).
+macro_rules! tests {
+    ($db:ty) => {
+        crate::instantiate!(advisory_attempts<$db>:
+            a_claim_failing_on_one_row_counts_no_attempt_of_the_others,
+            a_batch_claim_failing_on_one_row_counts_no_attempt_of_the_others,
+        );
+    };
+}
+pub(crate) use tests;
+
 /// Refuses any `attempt` above 3 in `t`: a CHECK constraint, or on SQLite (which cannot add
 /// one to a table) a trigger.
 async fn cap_attempts<DB: TestDb>(ctx: &Ctx<DB>, t: &str) {
