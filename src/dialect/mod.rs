@@ -4,6 +4,7 @@
 //! the statements are tested as text (below and in each dialect's file) and run against the real
 //! servers in `tests/`. Every statement is rendered once, when a queue starts.
 
+mod cancel;
 mod common;
 mod custom;
 mod dead;
@@ -27,6 +28,7 @@ use crate::error::Result;
 pub(crate) use crate::table::Dialect;
 use crate::table::{Value, table_parts};
 
+pub(crate) use cancel::{CancelSql, cancel};
 pub(crate) use common::MAX_EXCLUDED;
 pub(crate) use custom::custom;
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect, requeue};
