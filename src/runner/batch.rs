@@ -13,6 +13,8 @@ use tracing::Instrument as _;
 
 use super::cancel;
 use super::claim::Pace;
+use tokio_util::sync::CancellationToken;
+
 use super::keeper::keep_batch;
 use super::policy;
 use super::queue::Live;
@@ -104,13 +106,21 @@ where
         .map(|(row, attempt)| policy::before_handler(q, row, *attempt))
         .collect();
     let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+    let cancel = CancellationToken::new();
     let deliveries: Vec<Delivery<DB>> = rows
         .into_iter()
         .zip(&attempts)
         .zip(&settled_first)
         .filter(|(_, first)| first.is_none())
         .map(|((row, attempt), _)| {
-            Delivery::new(row.id, row.payload, *attempt, q.group.clone(), None)
+            Delivery::new(
+                row.id,
+                row.payload,
+                *attempt,
+                q.group.clone(),
+                None,
+                cancel.clone(),
+            )
         })
         .collect();
     let handed = deliveries.len();
@@ -121,7 +131,7 @@ where
         let handled =
             AssertUnwindSafe(async move { handler.call(deliveries).await }).catch_unwind();
         tokio::pin!(handled);
-        keep_batch(q, &ids, &mut batch, every, handled).await
+        keep_batch(q, &ids, &mut batch, every, handled, &cancel).await
     };
 
     let Some(result) = result else {

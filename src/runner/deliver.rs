@@ -6,6 +6,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt as _;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::ahead::Seat;
@@ -87,10 +88,18 @@ async fn run<DB, F, H>(
             false => None,
             true => Some(read_row(q, &mut hold, &mut slot, id).await?),
         };
-        let delivery =
-            Delivery::<DB, H::Mode>::new(id, row.payload, attempt, q.group.clone(), slot.clone());
+        let cancel = CancellationToken::new();
+        let delivery = Delivery::<DB, H::Mode>::new(
+            id,
+            row.payload,
+            attempt,
+            q.group.clone(),
+            slot.clone(),
+            cancel.clone(),
+        );
         let since = q.observe.timer();
-        let Kept { result, extending } = call(q, handler, id, &mut hold, delivery, whole).await;
+        let Kept { result, extending } =
+            call(q, handler, id, &mut hold, delivery, whole, &cancel).await;
         let Some(handled) = result else {
             return Err(Unsettled::Cancelled { slot, extending });
         };
@@ -174,6 +183,7 @@ async fn call<DB, F, H>(
     hold: &mut F::Hold,
     delivery: Delivery<DB, H::Mode>,
     whole: Option<DB::Row>,
+    cancel: &CancellationToken,
 ) -> Kept<Handled, F::Hold>
 where
     DB: Backend,
@@ -183,7 +193,7 @@ where
     let handled =
         AssertUnwindSafe(async move { handler.call(delivery, whole).await }).catch_unwind();
     tokio::pin!(handled);
-    keep(q, id, hold, handled).await
+    keep(q, id, hold, handled, cancel).await
 }
 
 /// Takes the transaction back from the handler and ends the handler's part of it by the outcome

@@ -1,0 +1,435 @@
+//! The tests of cancellation written once for every database (`main.rs` runs them on each).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx_queue::{Cancellation, Delivery, Job, Outcome, Queue, Runner, Table, Transactional};
+use tokio::sync::{Notify, mpsc};
+
+use crate::support::{Ctx, Form, RowLockForm, Spec, TestDb, recv, wait_for};
+
+/// The lease queue's table, its `locked_until` declared so a cancellation knows its leases.
+fn jobs(t: &str) -> Table {
+    Table::new(t)
+        .lease("locked_until")
+        .retry_after("retry_after")
+}
+
+/// Enqueues `job` into `table`, returning its id.
+async fn enqueue<DB: TestDb>(ctx: &Ctx<DB>, table: &Table, job: Job<'_>) -> i64 {
+    let mut conn = ctx.pool.acquire().await.unwrap();
+    DB::enqueue_on(&mut conn, table, job).await.unwrap()
+}
+
+/// A runner of one lease queue on `t` whose handler records each id it is given and acks.
+async fn recorder<DB: TestDb>(
+    ctx: &Ctx<DB>,
+    table: Table,
+) -> (sqlx_queue::Running, Arc<Mutex<Vec<i64>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    let queue = Queue::table(table)
+        .lease("locked_until")
+        .handler(move |d: Delivery<DB>| {
+            record.lock().unwrap().push(d.id());
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    (running, seen)
+}
+
+pub(crate) async fn a_queued_job_is_removed_and_never_delivered<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let table = jobs(&t);
+    let cancelled = enqueue(&ctx, &table, Job::new("cancelled")).await;
+    let kept = enqueue(&ctx, &table, Job::new("kept")).await;
+    assert_eq!(
+        table.cancel(&ctx.pool, cancelled).await.unwrap(),
+        Cancellation::Cancelled(cancelled)
+    );
+    assert_eq!(
+        ctx.count(&t, &format!("id = {cancelled}")).await,
+        0,
+        "row deleted"
+    );
+    assert_eq!(
+        table.cancel(&ctx.pool, cancelled).await.unwrap(),
+        Cancellation::NotFound,
+        "a second cancellation finds nothing"
+    );
+    let (running, seen) = recorder(&ctx, table).await;
+    ctx.wait_none(&t, "1 = 1", 5).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![kept],
+        "only the job kept is delivered"
+    );
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_queued_job_is_marked_where_the_table_keeps_finished_rows<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            processed_at: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = jobs(&t).processed_at("processed_at");
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    assert_eq!(
+        table.cancel(&ctx.pool, id).await.unwrap(),
+        Cancellation::Cancelled(id)
+    );
+    assert_eq!(
+        ctx.count(&t, &format!("id = {id} AND processed_at IS NOT NULL"))
+            .await,
+        1,
+        "row marked"
+    );
+    assert_eq!(
+        table.cancel(&ctx.pool, id).await.unwrap(),
+        Cancellation::NotFound
+    );
+    let (running, seen) = recorder(&ctx, table).await;
+    // A later job is delivered: the runner ran, and passed the marked row over.
+    let later = enqueue(
+        &ctx,
+        &jobs(&t).processed_at("processed_at"),
+        Job::new("later"),
+    )
+    .await;
+    ctx.wait_none(&t, "processed_at IS NULL", 5).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![later]);
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_job_is_cancelled_by_its_unique_key<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    ctx.exec(&format!("ALTER TABLE {t} ADD COLUMN dedupe {}", DB::TEXT))
+        .await;
+    ctx.exec(&format!("CREATE UNIQUE INDEX {t}_dedupe ON {t} (dedupe)"))
+        .await;
+    let table = jobs(&t).unique_key("dedupe");
+    let id = table
+        .enqueue_unique(&ctx.pool, Job::new("x").unique("welcome:1"))
+        .await
+        .unwrap()
+        .id();
+    assert_eq!(
+        table.cancel_unique(&ctx.pool, "welcome:2").await.unwrap(),
+        Cancellation::NotFound
+    );
+    assert_eq!(
+        table.cancel_unique(&ctx.pool, "welcome:1").await.unwrap(),
+        Cancellation::Cancelled(id)
+    );
+    assert_eq!(ctx.count(&t, "1 = 1").await, 0);
+    let refused = jobs(&t).cancel_unique(&ctx.pool, "welcome:1").await;
+    assert!(
+        matches!(refused, Err(sqlx_queue::Error::InvalidJob { .. })),
+        "{refused:?}"
+    );
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_cancel_in_a_transaction_rolled_back_cancels_nothing<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let table = jobs(&t);
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    let mut tx = ctx.pool.begin().await.unwrap();
+    assert_eq!(
+        table.cancel(&mut tx, id).await.unwrap(),
+        Cancellation::Cancelled(id)
+    );
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        ctx.count(&t, "1 = 1").await,
+        1,
+        "the cancellation rolled back"
+    );
+    let mut tx = ctx.pool.begin().await.unwrap();
+    assert_eq!(
+        table.cancel(&mut tx, id).await.unwrap(),
+        Cancellation::Cancelled(id)
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(
+        ctx.count(&t, "1 = 1").await,
+        0,
+        "the cancellation committed"
+    );
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_finished_job_is_not_found<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let table = jobs(&t);
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    let (running, seen) = recorder(&ctx, table.clone()).await;
+    ctx.wait_none(&t, "1 = 1", 5).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(*seen.lock().unwrap(), vec![id]);
+    assert_eq!(
+        table.cancel(&ctx.pool, id).await.unwrap(),
+        Cancellation::NotFound
+    );
+    ctx.drop_tables().await;
+}
+
+/// What a lease test's handler saw.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Started(i64),
+    Cancelled(i64),
+}
+
+pub(crate) async fn a_leased_job_in_work_loses_its_lease_and_its_handler_is_told<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let table = jobs(&t);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let queue = Queue::table(table.clone())
+        .lease("locked_until")
+        .lease_duration(LEASE)
+        .handler(move |d: Delivery<DB>| {
+            let tx = tx.clone();
+            async move {
+                tx.send(Seen::Started(d.id())).unwrap();
+                tokio::select! {
+                    () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
+                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+                Outcome::retry()
+            }
+        });
+    let running = start(&ctx, queue).await;
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    cancel_in_work(&ctx, &table, &running, &mut rx, id).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(
+        ctx.count(&t, "1 = 1").await,
+        0,
+        "the retry left the row gone"
+    );
+    ctx.drop_tables().await;
+}
+
+/// The lease of the tests' queues in work: renewed every second.
+const LEASE: Duration = Duration::from_secs(2);
+
+async fn start<DB: TestDb>(
+    ctx: &Ctx<DB>,
+    queue: impl sqlx_queue::Mount<DB>,
+) -> sqlx_queue::Running {
+    Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap()
+}
+
+/// Cancels job `id` of `table` once its handler reported it started on `rx`: the answer is "in
+/// work", the row is gone at once, the handler is told within half a lease (and a margin), and
+/// its settlement then finds the lease lost.
+async fn cancel_in_work<DB: TestDb>(
+    ctx: &Ctx<DB>,
+    table: &Table,
+    running: &sqlx_queue::Running,
+    rx: &mut mpsc::UnboundedReceiver<Seen>,
+    id: i64,
+) {
+    assert_eq!(recv(rx, "the handler to start", 5).await, Seen::Started(id));
+    let asked = tokio::time::Instant::now();
+    assert_eq!(
+        table.cancel(&ctx.pool, id).await.unwrap(),
+        Cancellation::Requested(id)
+    );
+    assert_eq!(
+        ctx.count(&table_name(table), &format!("id = {id}")).await,
+        0,
+        "the row is gone at once"
+    );
+    // The runner renews every half lease: it learns of the cancellation by then.
+    let bound = LEASE / 2 + Duration::from_millis(750);
+    let seen = tokio::time::timeout(bound, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("the handler was not told within {bound:?}"));
+    assert_eq!(
+        seen,
+        Some(Seen::Cancelled(id)),
+        "after {:?}",
+        asked.elapsed()
+    );
+    wait_for("the settlement", Duration::from_secs(5), || {
+        let stats = running.stats();
+        async move { stats.lease_lost >= 1 }
+    })
+    .await;
+}
+
+fn table_name(table: &Table) -> String {
+    table.name().to_owned()
+}
+
+pub(crate) async fn a_cancelled_transactional_delivery_commits_nothing<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let writes = format!("{t}_writes");
+    ctx.exec(&format!("CREATE TABLE {writes} (job BIGINT NOT NULL)"))
+        .await;
+    let table = jobs(&t);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let w = writes.clone();
+    let queue = Queue::table(table.clone())
+        .lease("locked_until")
+        .lease_duration(LEASE)
+        .transactional()
+        .handler(move |mut d: Delivery<DB, Transactional>| {
+            let (tx, w) = (tx.clone(), w.clone());
+            async move {
+                let sql = format!("INSERT INTO {w} (job) VALUES ({})", d.id());
+                DB::query_on(&mut *d.tx(), &sql).await.unwrap();
+                tx.send(Seen::Started(d.id())).unwrap();
+                tokio::select! {
+                    () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
+                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+                // An ack commits the write unless the lease is gone.
+                Outcome::ack()
+            }
+        });
+    let running = start(&ctx, queue).await;
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    cancel_in_work(&ctx, &table, &running, &mut rx, id).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(
+        ctx.count(&writes, "1 = 1").await,
+        0,
+        "the handler's write rolled back"
+    );
+    assert_eq!(ctx.count(&t, "1 = 1").await, 0, "the row stays gone");
+    ctx.exec(&format!("DROP TABLE {writes}")).await;
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn the_shutdown_timeout_fires_cancelled<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let table = jobs(&t);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let queue =
+        Queue::table(table.clone())
+            .lease("locked_until")
+            .handler(move |d: Delivery<DB>| {
+                let tx = tx.clone();
+                async move {
+                    // What the handler spawned learns of the cancellation; the handler itself never
+                    // ends and is dropped.
+                    let cancelled = d.cancelled();
+                    let told = tx.clone();
+                    tokio::spawn(async move {
+                        cancelled.await;
+                        told.send(Seen::Cancelled(0)).unwrap();
+                    });
+                    tx.send(Seen::Started(d.id())).unwrap();
+                    std::future::pending::<Outcome>().await
+                }
+            });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .shutdown_timeout(Duration::from_millis(200))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    assert_eq!(
+        recv(&mut rx, "the handler to start", 5).await,
+        Seen::Started(id)
+    );
+    let report = running.shutdown().await.unwrap();
+    assert_eq!(
+        recv(&mut rx, "cancelled() at the shutdown timeout", 5).await,
+        Seen::Cancelled(0)
+    );
+    assert_eq!(report.cancelled, 1, "{report:?}");
+    assert_eq!(
+        ctx.count(&t, "locked_until IS NULL").await,
+        1,
+        "row released"
+    );
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_row_lock_claims_job_is_said_in_work_without_waiting<DB: TestDb>()
+where
+    RowLockForm: Form<DB>,
+{
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let table = Table::new(&t).retry_after("retry_after");
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let go = Arc::new(Notify::new());
+    let gate = Arc::clone(&go);
+    let queue = RowLockForm::apply(Queue::table(table.clone())).handler(move |d: Delivery<DB>| {
+        let (tx, gate) = (tx.clone(), Arc::clone(&gate));
+        async move {
+            tx.send(d.id()).unwrap();
+            gate.notified().await;
+            Outcome::ack()
+        }
+    });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    assert_eq!(recv(&mut rx, "the handler to start", 5).await, id);
+    let answer = tokio::time::timeout(Duration::from_secs(3), table.cancel(&ctx.pool, id))
+        .await
+        .expect("the cancellation does not wait for the claim's lock")
+        .unwrap();
+    assert_eq!(answer, Cancellation::Requested(id));
+    assert_eq!(ctx.count(&t, "1 = 1").await, 1, "the row is its holder's");
+    go.notify_one();
+    ctx.wait_none(&t, "1 = 1", 5).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(
+        table.cancel(&ctx.pool, id).await.unwrap(),
+        Cancellation::NotFound
+    );
+    ctx.drop_tables().await;
+}
