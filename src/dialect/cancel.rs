@@ -2,7 +2,11 @@
 //! work, and what tells a job in work apart.
 //!
 //! A job is in work when a lease column the table declares holds a live lease, or (PostgreSQL,
-//! MySQL/MariaDB, a table without one) when a row lock claim's transaction holds its row.
+//! MySQL/MariaDB, a table without one) when a row lock claim's transaction holds its row, or,
+//! where the table declares its cancel requests' table, when a runner holds its advisory key
+//! (taken for the cancellation's transaction when free: PostgreSQL `pg_try_advisory_xact_lock`,
+//! MySQL/MariaDB `GET_LOCK`, released after the removal). A job in work on those forms gets a
+//! request, which its runner reads (and, PostgreSQL, is notified of at commit).
 //! PostgreSQL and SQLite remove the row first and return whether it was leased; MySQL/MariaDB,
 //! which has no `RETURNING`, locks the row first and reads it, then removes it in the same
 //! transaction. On a leased row the removal is what takes the lease away: its holder's renewal
@@ -27,14 +31,73 @@ pub(crate) struct CancelSql {
     pub(crate) exists: Stmt,
     /// The unfinished row holding a unique key, on a table with one.
     pub(crate) by_key: Option<Stmt>,
+    /// MySQL/MariaDB, where `probe` took the row's advisory key: its release.
+    pub(crate) release: Option<Stmt>,
+    /// The request for a job in work, where the table has a cancel requests' table (one there
+    /// already is kept).
+    pub(crate) request: Option<Stmt>,
+    /// PostgreSQL, with `request`: the notification on the table's channel, sent at commit.
+    pub(crate) notify: Option<Stmt>,
+    /// Whether the statements bind the table's advisory keys (`KeyClass`, `KeyPrefix`).
+    pub(crate) keys: bool,
+}
+
+/// The notification payload of a cancel request: this prefix, then the job's id (a wake-up's
+/// payload is a group name, which this control character does not begin).
+pub(crate) const CANCEL_NOTICE: &str = "\u{1}cancel ";
+
+/// The statements of a runner whose table has a cancel requests' table.
+#[derive(Debug)]
+pub(crate) struct RequestSql {
+    /// The ids among `REQUESTED_IDS` ids in work (`IdAt`) that have a request.
+    pub(crate) requested: Stmt,
+    /// The removal of row `id`'s request, once its delivery ended.
+    pub(crate) forget: Stmt,
+}
+
+/// How many ids one read of requests asks about (a shorter list repeats its last id).
+pub(crate) const REQUESTED_IDS: u16 = 16;
+
+/// Renders a runner's statements of cancel requests, where the table has their table.
+pub(crate) fn requests(n: &Names) -> Option<RequestSql> {
+    let requests = n.cancel_requests.as_ref()?;
+    let mut w = n.writer();
+    w.push("SELECT ");
+    as_i64(&mut w, "id");
+    w.push(" FROM ").push(requests).push(" WHERE id IN (");
+    for i in 0..REQUESTED_IDS {
+        if i > 0 {
+            w.push(", ");
+        }
+        w.param(Slot::IdAt(i));
+    }
+    w.push(")");
+    let requested = w.finish();
+    let mut w = n.writer();
+    w.push("DELETE FROM ")
+        .push(requests)
+        .push(" WHERE id = ")
+        .param(Slot::Id);
+    Some(RequestSql {
+        requested,
+        forget: w.finish(),
+    })
 }
 
 /// Renders the cancellation's statements for table `n` (of [`Names::of_table`]).
 pub(crate) fn cancel(n: &Names) -> CancelSql {
+    // Held by an advisory lock: asked where cancel requests can be recorded.
+    let keys =
+        n.cancel_requests.is_some() && n.table_lease.is_none() && n.dialect != Dialect::Sqlite;
     let probe = (n.dialect == Dialect::MySql).then(|| {
         let mut w = n.writer();
         w.push("SELECT ");
         leased(&mut w, n);
+        if keys {
+            w.push(", CAST((");
+            super::mysql::try_lock_of(&mut w, &n.id);
+            w.push(") AS SIGNED)");
+        }
         w.push(" FROM ").push(&n.table);
         by_id(&mut w, n);
         w.push(if n.table_lease.is_some() {
@@ -75,6 +138,15 @@ pub(crate) fn cancel(n: &Names) -> CancelSql {
             .push(" = ")
             .param(Slot::Id)
             .push(" FOR UPDATE SKIP LOCKED)");
+        if keys {
+            w.push(" AND CASE WHEN ")
+                .push(&n.id)
+                .push(" = ")
+                .param(Slot::Id)
+                .push(" THEN ");
+            super::postgres::try_xact_lock_of(&mut w, &n.id);
+            w.push(" ELSE false END");
+        }
     }
     if n.dialect != Dialect::MySql {
         w.push(" RETURNING ");
@@ -115,12 +187,48 @@ pub(crate) fn cancel(n: &Names) -> CancelSql {
         unfinished(&mut w, n);
         w.finish()
     });
+    let release = (keys && n.dialect == Dialect::MySql).then(|| {
+        let mut w = n.writer();
+        w.push("SELECT ");
+        super::mysql::release_of(&mut w, "r.id");
+        w.push(" FROM (SELECT CAST(")
+            .param(Slot::Id)
+            .push(" AS SIGNED) AS id) AS r");
+        w.finish()
+    });
+    let request = n.cancel_requests.as_ref().map(|requests| {
+        let mut w = n.writer();
+        w.push(match n.dialect {
+            Dialect::MySql => "INSERT IGNORE INTO ",
+            Dialect::Sqlite => "INSERT OR IGNORE INTO ",
+            Dialect::Postgres => "INSERT INTO ",
+        })
+        .push(requests)
+        .push(" (id) VALUES (")
+        .param(Slot::Id)
+        .push(")");
+        if n.dialect == Dialect::Postgres {
+            w.push(" ON CONFLICT DO NOTHING");
+        }
+        w.finish()
+    });
+    let notify = (request.is_some() && n.dialect == Dialect::Postgres).then(|| {
+        let mut w = n.writer();
+        w.push("SELECT pg_notify(");
+        super::postgres::channel(&mut w, Slot::NotifyTable);
+        w.push(", ").param(Slot::NotifyPayload).push(")");
+        w.finish()
+    });
     CancelSql {
         probe,
         remove,
         unlease,
         exists,
         by_key,
+        release,
+        request,
+        notify,
+        keys,
     }
 }
 
@@ -136,24 +244,28 @@ fn unfinished(w: &mut SqlWriter, n: &Names) {
     }
 }
 
-/// 1 when the row holds a live lease, else 0 (always 0 on a table without a lease column).
+/// 1 when the row holds a live lease, else 0 (always 0 on a table without a lease column), a
+/// 64-bit integer.
 fn leased(w: &mut SqlWriter, n: &Names) {
-    let Some(lease) = &n.table_lease else {
-        w.push("0");
-        return;
-    };
     let (open, close) = match n.dialect {
         Dialect::Postgres => ("CAST(", " AS BIGINT)"),
         Dialect::MySql => ("CAST(", " AS SIGNED)"),
         Dialect::Sqlite => ("", ""),
     };
-    w.push(open)
-        .push("CASE WHEN ")
-        .push(lease)
-        .push(" >= ")
-        .param(Slot::Now)
-        .push(" THEN 1 ELSE 0 END")
-        .push(close);
+    w.push(open);
+    match &n.table_lease {
+        Some(lease) => {
+            w.push("CASE WHEN ")
+                .push(lease)
+                .push(" >= ")
+                .param(Slot::Now)
+                .push(" THEN 1 ELSE 0 END");
+        }
+        None => {
+            w.push("0");
+        }
+    }
+    w.push(close);
 }
 
 #[cfg(test)]
@@ -201,7 +313,7 @@ mod tests {
         let pg = cancel(&names(Dialect::Postgres, &t));
         assert_eq!(
             pg.remove.text(),
-            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 FOR UPDATE SKIP LOCKED) RETURNING 0"#
+            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 FOR UPDATE SKIP LOCKED) RETURNING CAST(0 AS BIGINT)"#
         );
         assert_eq!(
             pg.by_key.unwrap().text(),
@@ -210,7 +322,48 @@ mod tests {
         let my = cancel(&names(Dialect::MySql, &t));
         assert_eq!(
             my.probe.unwrap().text(),
-            "SELECT 0 FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED"
+            "SELECT CAST(0 AS SIGNED) FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED"
+        );
+    }
+
+    #[test]
+    fn a_row_an_advisory_lock_holds_is_passed_over_and_requested() {
+        let t = Table::new("jobs").cancel_requests("jobs_cancels");
+        let pg = cancel(&names(Dialect::Postgres, &t));
+        assert!(pg.keys);
+        assert_eq!(
+            pg.remove.text(),
+            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 FOR UPDATE SKIP LOCKED) AND CASE WHEN "id" = $3 THEN pg_try_advisory_xact_lock(((CAST($4 AS BIGINT) << 32) | (CAST("id" AS BIGINT) & 4294967295))) ELSE false END RETURNING CAST(0 AS BIGINT)"#
+        );
+        assert_eq!(
+            pg.request.unwrap().text(),
+            r#"INSERT INTO "jobs_cancels" (id) VALUES ($1) ON CONFLICT DO NOTHING"#
+        );
+        let my = cancel(&names(Dialect::MySql, &t));
+        assert_eq!(
+            my.probe.unwrap().text(),
+            "SELECT CAST(0 AS SIGNED), CAST((GET_LOCK(IF(CHAR_LENGTH(CONCAT(?, `id`)) > 64, CONCAT('sqlxq:', MD5(CONCAT(?, `id`))), CONCAT(?, `id`)), 0) = 1) AS SIGNED) FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED"
+        );
+        assert_eq!(
+            my.release.unwrap().text(),
+            "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(CONCAT(?, r.id)) > 64, CONCAT('sqlxq:', MD5(CONCAT(?, r.id))), CONCAT(?, r.id))) FROM (SELECT CAST(? AS SIGNED) AS id) AS r"
+        );
+        let lite = cancel(&names(Dialect::Sqlite, &t));
+        assert!(!lite.keys);
+        assert_eq!(
+            lite.request.unwrap().text(),
+            "INSERT OR IGNORE INTO `jobs_cancels` (id) VALUES (?)"
+        );
+        let runner = requests(&names(Dialect::Sqlite, &t)).unwrap();
+        assert!(
+            runner
+                .requested
+                .text()
+                .starts_with("SELECT id FROM `jobs_cancels` WHERE id IN (?, ?, ")
+        );
+        assert_eq!(
+            runner.forget.text(),
+            "DELETE FROM `jobs_cancels` WHERE id = ?"
         );
     }
 }

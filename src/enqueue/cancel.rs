@@ -1,19 +1,21 @@
 //! Cancelling a job through the table description, on any executor: a job not in work is removed
 //! at once; a leased job in work loses its lease (removed too), which its runner learns at its
-//! next renewal; a job a row lock claim holds is said in work and left to its holder.
+//! next renewal; a job a row lock claim (or an advisory key) holds gets a cancel request, where
+//! the table has their table, which its runner reads — and on PostgreSQL is notified of at
+//! commit.
 //!
 //! Each cancellation is one transaction (a savepoint inside the caller's): the row is removed
 //! where no claim holds it, or locked and read first (MySQL/MariaDB) — never read, then removed
 //! by a statement a claim could come before.
 
 use futures::future::BoxFuture;
-use sqlx::Acquire;
+use sqlx::{Acquire, SqlStr};
 
 use super::bound;
 use crate::backend::{self, Backend, Clock};
-use crate::dialect::{self, Args, CancelSql, Names};
+use crate::dialect::{self, Args, CANCEL_NOTICE, CancelSql, Names};
 use crate::error::{Error, Result};
-use crate::table::Table;
+use crate::table::{Dialect, Table};
 
 /// What a cancellation found, and did.
 ///
@@ -80,10 +82,11 @@ impl Table {
         A: Acquire<'c, Database = DB> + Send + 'e,
     {
         Box::pin(async move {
-            let sql = dialect::cancel(&Names::of_table(DB::DIALECT, self)?);
+            let names = Names::of_table(DB::DIALECT, self)?;
+            let sql = dialect::cancel(&names);
             let mut conn = conn.acquire().await?;
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let done = cancel_on::<DB>(&mut tx, &sql, id).await?;
+            let done = self.cancel_on::<DB>(&mut tx, &names, &sql, id).await?;
             tx.commit().await?;
             Ok(done)
         })
@@ -106,7 +109,8 @@ impl Table {
         A: Acquire<'c, Database = DB> + Send + 'e,
     {
         Box::pin(async move {
-            let sql = dialect::cancel(&Names::of_table(DB::DIALECT, self)?);
+            let names = Names::of_table(DB::DIALECT, self)?;
+            let sql = dialect::cancel(&names);
             let Some(by_key) = &sql.by_key else {
                 return Err(Error::invalid_job(
                     &self.name,
@@ -124,7 +128,7 @@ impl Table {
                 ..Args::default()
             };
             let done = match backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await? {
-                Some(id) => cancel_on::<DB>(&mut tx, &sql, id).await?,
+                Some(id) => self.cancel_on::<DB>(&mut tx, &names, &sql, id).await?,
                 None => Cancellation::NotFound,
             };
             tx.commit().await?;
@@ -133,42 +137,95 @@ impl Table {
     }
 }
 
-/// Cancels row `id` inside a transaction of `conn`.
-async fn cancel_on<DB: Backend>(
-    conn: &mut DB::Connection,
-    sql: &CancelSql,
-    id: i64,
-) -> Result<Cancellation> {
-    let args = Args {
-        id,
-        now: Some(Clock::default().now()),
-        ..Args::default()
-    };
-    let leased = match &sql.probe {
-        // MySQL/MariaDB: the row locked and read first; no row is a finished one, or one a row
-        // lock claim holds.
-        Some(probe) => match backend::fetch_i64::<DB>(conn, bound::<DB>(probe, &args)).await? {
-            Some(leased) => {
-                DB::execute(conn, bound::<DB>(&sql.remove, &args)).await?;
-                Some(leased)
+impl Table {
+    /// Cancels row `id` inside a transaction of `conn`.
+    async fn cancel_on<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        names: &Names,
+        sql: &CancelSql,
+        id: i64,
+    ) -> Result<Cancellation> {
+        let identity = match sql.keys {
+            true => Some(self.identity::<DB>(conn).await?),
+            false => None,
+        };
+        let class = identity.as_deref().map(dialect::fnv1a_32);
+        let prefix = identity.map(|key| format!("{key}:"));
+        let notice = format!("{CANCEL_NOTICE}{id}");
+        let args = Args {
+            id,
+            now: Some(Clock::default().now()),
+            key_class: class.map_or(0, i64::from),
+            key_prefix: prefix.as_deref(),
+            notify_table: Some(&names.table),
+            notify_payload: Some(&notice),
+            ..Args::default()
+        };
+        let leased = match &sql.probe {
+            // MySQL/MariaDB: the row locked and read first (and its advisory key taken, where
+            // asked); no row is a finished one, or one a row lock claim holds.
+            Some(probe) => {
+                let rows = DB::fetch_all(conn, bound::<DB>(probe, &args)).await?;
+                match rows.first() {
+                    None => None,
+                    Some(row) => {
+                        let key_free = !sql.keys || DB::get_i64(row, 1)? == 1;
+                        if key_free {
+                            DB::execute(conn, bound::<DB>(&sql.remove, &args)).await?;
+                        }
+                        if let (true, Some(release)) = (key_free, &sql.release) {
+                            DB::execute(conn, bound::<DB>(release, &args)).await?;
+                        }
+                        key_free.then(|| DB::get_i64(row, 0)).transpose()?
+                    }
+                }
             }
-            None => None,
-        },
-        None => backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.remove, &args)).await?,
-    };
-    let Some(leased) = leased else {
-        let held = backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.exists, &args)).await?;
-        return Ok(match held {
-            Some(_) => Cancellation::Requested(id),
-            None => Cancellation::NotFound,
-        });
-    };
-    if let Some(unlease) = &sql.unlease {
-        DB::execute(conn, bound::<DB>(unlease, &args)).await?;
+            None => backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.remove, &args)).await?,
+        };
+        let Some(leased) = leased else {
+            let held = backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.exists, &args)).await?;
+            if held.is_none() {
+                return Ok(Cancellation::NotFound);
+            }
+            if let Some(request) = &sql.request {
+                DB::execute(conn, bound::<DB>(request, &args)).await?;
+            }
+            if let Some(notify) = &sql.notify {
+                DB::execute(conn, bound::<DB>(notify, &args)).await?;
+            }
+            return Ok(Cancellation::Requested(id));
+        };
+        if let Some(unlease) = &sql.unlease {
+            DB::execute(conn, bound::<DB>(unlease, &args)).await?;
+        }
+        Ok(if leased == 1 {
+            Cancellation::Requested(id)
+        } else {
+            Cancellation::Cancelled(id)
+        })
     }
-    Ok(if leased == 1 {
-        Cancellation::Requested(id)
-    } else {
-        Cancellation::Cancelled(id)
-    })
+
+    /// What the table's advisory keys are made of, as the catalog resolves its name (see
+    /// `form::catalog::read_identity`): PostgreSQL its resolved name, MySQL/MariaDB
+    /// `database.table`.
+    async fn identity<DB: Backend>(&self, conn: &mut DB::Connection) -> Result<String> {
+        let quoted = DB::DIALECT.quote_table(&self.name)?;
+        let identity = dialect::identity(DB::DIALECT, &self.name, &quoted)?;
+        let query = backend::query::<DB>(SqlStr::from_static(identity.sql), identity.values)
+            .persistent(false);
+        let found = backend::fetch_texts::<DB, 4>(conn, query).await?;
+        let Some([first, second, _, _]) = found.into_iter().next() else {
+            return Err(Error::schema(
+                &self.name,
+                &self.name,
+                None,
+                "the table does not exist",
+            ));
+        };
+        Ok(match DB::DIALECT {
+            Dialect::MySql => format!("{first}.{second}"),
+            _ => first,
+        })
+    }
 }

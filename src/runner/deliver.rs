@@ -6,7 +6,6 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt as _;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument as _;
 
 use super::ahead::Seat;
@@ -82,30 +81,37 @@ async fn run<DB, F, H>(
         settle(q, id, hold, outcome, None, worker).await;
         return;
     }
+    let entered = q.requests.enter(id);
+    let cancelled = &entered.entry;
     let settlement = async {
         let mut slot = lend::<DB, F, H::Mode>(q, &mut hold).await?;
         let whole = match H::ROW {
             false => None,
             true => Some(read_row(q, &mut hold, &mut slot, id).await?),
         };
-        let cancel = CancellationToken::new();
         let delivery = Delivery::<DB, H::Mode>::new(
             id,
             row.payload,
             attempt,
             q.group.clone(),
             slot.clone(),
-            cancel.clone(),
+            cancelled.token.clone(),
         );
         let since = q.observe.timer();
         let Kept { result, extending } =
-            call(q, handler, id, &mut hold, delivery, whole, &cancel).await;
+            call(q, handler, id, &mut hold, delivery, whole, &cancelled.token).await;
         let Some(handled) = result else {
             return Err(Unsettled::Cancelled { slot, extending });
         };
         q.observe.handled(since);
         take_back(q, id, &mut hold, slot, || {
-            policy::outcome(q, id, attempt, handled)
+            if cancelled.requested() {
+                // Whatever the handler returned: its writes roll back, and its row goes.
+                tracing::info!("job cancelled while in work; its row is removed");
+                Outcome::drop()
+            } else {
+                policy::outcome(q, id, attempt, handled)
+            }
         })
         .await
     }
@@ -113,6 +119,11 @@ async fn run<DB, F, H>(
     match settlement {
         Ok((outcome, tx)) => settle(q, id, hold, outcome, tx, worker).await,
         Err(unsettled) => abandon(q, id, hold, unsettled).await,
+    }
+    let requested = cancelled.requested();
+    drop(entered);
+    if requested {
+        q.requests.forget(&q.shared.pool, id).await;
     }
 }
 
@@ -183,7 +194,7 @@ async fn call<DB, F, H>(
     hold: &mut F::Hold,
     delivery: Delivery<DB, H::Mode>,
     whole: Option<DB::Row>,
-    cancel: &CancellationToken,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Kept<Handled, F::Hold>
 where
     DB: Backend,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use sqlx_queue::{Cancellation, Delivery, Job, Outcome, Queue, Runner, Table, Transactional};
 use tokio::sync::{Notify, mpsc};
 
-use crate::support::{Ctx, Form, RowLockForm, Spec, TestDb, recv, wait_for};
+use crate::support::{AdvisoryForm, Ctx, Form, RowLockForm, Spec, TestDb, recv, wait_for};
 
 /// The lease queue's table, its `locked_until` declared so a cancellation knows its leases.
 fn jobs(t: &str) -> Table {
@@ -431,5 +431,130 @@ where
         table.cancel(&ctx.pool, id).await.unwrap(),
         Cancellation::NotFound
     );
+    ctx.drop_tables().await;
+}
+
+/// A job in work on a form that holds its row (`F`: row lock, advisory lock), transactional,
+/// on a table with a cancel requests' table: the cancellation records a request; the handler is
+/// told at once on PostgreSQL (NOTIFY: the poll interval is 5 s there), else at the runner's
+/// next poll; its write rolls back, its row is removed and the request with it.
+pub(crate) async fn a_row_lock_job_in_work_is_cancelled_by_request<DB: TestDb>()
+where
+    RowLockForm: Form<DB>,
+{
+    a_held_job_in_work_is_cancelled_by_request::<DB, RowLockForm>().await;
+}
+
+pub(crate) async fn an_advisory_job_in_work_is_cancelled_by_request<DB: TestDb>()
+where
+    AdvisoryForm: Form<DB>,
+{
+    a_held_job_in_work_is_cancelled_by_request::<DB, AdvisoryForm>().await;
+}
+
+async fn a_held_job_in_work_is_cancelled_by_request<DB: TestDb, F: Form<DB>>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let (writes, cancels) = (format!("{t}_writes"), format!("{t}_cancels"));
+    ctx.exec(&format!("CREATE TABLE {writes} (job BIGINT NOT NULL)"))
+        .await;
+    ctx.exec(&format!("CREATE TABLE {cancels} (id BIGINT PRIMARY KEY)"))
+        .await;
+    let table = Table::new(&t)
+        .retry_after("retry_after")
+        .cancel_requests(&cancels);
+    let postgres = DB::LABEL.starts_with("postgres");
+    let poll = if postgres {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_millis(200)
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let w = writes.clone();
+    let queue = F::apply(Queue::table(table.clone()))
+        .transactional()
+        .handler(move |mut d: Delivery<DB, Transactional>| {
+            let (tx, w) = (tx.clone(), w.clone());
+            async move {
+                let sql = format!("INSERT INTO {w} (job) VALUES ({})", d.id());
+                DB::query_on(&mut *d.tx(), &sql).await.unwrap();
+                tx.send(Seen::Started(d.id())).unwrap();
+                tokio::select! {
+                    () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
+                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+                // Would commit the write, were the job not cancelled.
+                Outcome::ack()
+            }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(poll)
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    assert_eq!(
+        recv(&mut rx, "the handler to start", 5).await,
+        Seen::Started(id)
+    );
+    let asked = tokio::time::Instant::now();
+    let answer = tokio::time::timeout(Duration::from_secs(3), table.cancel(&ctx.pool, id))
+        .await
+        .expect("the cancellation does not wait for the claim")
+        .unwrap();
+    assert_eq!(answer, Cancellation::Requested(id));
+    let bound = if postgres {
+        Duration::from_secs(1)
+    } else {
+        poll + Duration::from_secs(1)
+    };
+    let seen = tokio::time::timeout(bound, rx.recv())
+        .await
+        .unwrap_or_else(|_| panic!("the handler was not told within {bound:?}"));
+    assert_eq!(
+        seen,
+        Some(Seen::Cancelled(id)),
+        "after {:?}",
+        asked.elapsed()
+    );
+    ctx.wait_none(&t, "1 = 1", 5).await;
+    ctx.wait_none(&cancels, "1 = 1", 5).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(
+        ctx.count(&writes, "1 = 1").await,
+        0,
+        "the handler's write rolled back"
+    );
+    assert_eq!(
+        table.cancel(&ctx.pool, id).await.unwrap(),
+        Cancellation::NotFound
+    );
+    ctx.exec(&format!("DROP TABLE {writes}")).await;
+    ctx.exec(&format!("DROP TABLE {cancels}")).await;
+    ctx.drop_tables().await;
+}
+
+/// A queued job on a table with a cancel requests' table is removed at once, with no request
+/// (the advisory key is free, and no claim holds the row).
+pub(crate) async fn a_queued_job_with_requests_declared_is_removed_at_once<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let cancels = format!("{t}_cancels");
+    ctx.exec(&format!("CREATE TABLE {cancels} (id BIGINT PRIMARY KEY)"))
+        .await;
+    let table = Table::new(&t).cancel_requests(&cancels);
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    assert_eq!(
+        table.cancel(&ctx.pool, id).await.unwrap(),
+        Cancellation::Cancelled(id)
+    );
+    assert_eq!(ctx.count(&t, "1 = 1").await, 0);
+    assert_eq!(ctx.count(&cancels, "1 = 1").await, 0, "no request");
+    ctx.exec(&format!("DROP TABLE {cancels}")).await;
     ctx.drop_tables().await;
 }

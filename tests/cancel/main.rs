@@ -35,6 +35,7 @@ macro_rules! per_database {
                 a_finished_job_is_not_found,
                 a_leased_job_in_work_loses_its_lease_and_its_handler_is_told,
                 the_shutdown_timeout_fires_cancelled,
+                a_queued_job_with_requests_declared_is_removed_at_once,
             );
             $(cases_tests!($ty: $server);)*
         }
@@ -53,9 +54,15 @@ macro_rules! cases_tests {
 per_database! {
     sqlite => sqlx::Sqlite;
     postgres => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
-        a_cancelled_transactional_delivery_commits_nothing;
+        a_cancelled_transactional_delivery_commits_nothing,
+        a_row_lock_job_in_work_is_cancelled_by_request,
+        an_advisory_job_in_work_is_cancelled_by_request;
     postgres18 => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
-        a_cancelled_transactional_delivery_commits_nothing;
+        a_cancelled_transactional_delivery_commits_nothing,
+        a_row_lock_job_in_work_is_cancelled_by_request,
+        an_advisory_job_in_work_is_cancelled_by_request;
     mysql => sqlx::MySql, a_row_lock_claims_job_is_said_in_work_without_waiting,
-        a_cancelled_transactional_delivery_commits_nothing;
+        a_cancelled_transactional_delivery_commits_nothing,
+        a_row_lock_job_in_work_is_cancelled_by_request,
+        an_advisory_job_in_work_is_cancelled_by_request;
 }
