@@ -75,10 +75,13 @@ impl Requests {
         self.sql.is_some()
     }
 
-    /// Enters delivery `id` in work until the guard is dropped.
+    /// Enters delivery `id` in work until the guard is dropped (where the queue reads requests:
+    /// elsewhere the entry is the delivery's alone).
     pub(super) fn enter(&self, id: i64) -> Entered<'_> {
         let entry = Arc::new(InWork::default());
-        self.lock().insert(id, Arc::clone(&entry));
+        if self.read() {
+            self.lock().insert(id, Arc::clone(&entry));
+        }
         Entered {
             requests: self,
             id,
@@ -125,7 +128,9 @@ pub(super) struct Entered<'a> {
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        self.requests.lock().remove(&self.id);
+        if self.requests.read() {
+            self.requests.lock().remove(&self.id);
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 //! per database whose `#[tokio::test]`s run them there — `cargo test --test cancel sqlite::`
 //! runs SQLite's.
 //!
-//! What is tested here (`cases.rs`): a queued job cancelled is removed (or marked) and never
+//! What is tested here (`queued.rs`, `in_work.rs`): a queued job cancelled is removed (or marked) and never
 //! delivered, also by its unique key and inside a transaction that rolls back (then nothing is
 //! cancelled); a finished job is "not found"; a job in work on the lease form loses its lease,
 //! its handler sees `Delivery::cancelled()` within half a lease, and its transactional writes do
@@ -19,7 +19,14 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
-mod cases;
+mod in_work;
+mod queued;
+
+/// Every test, under one path for the macros below.
+mod cases {
+    pub(crate) use crate::in_work::*;
+    pub(crate) use crate::queued::*;
+}
 
 /// One module per database, with `cases.rs`'s tests on it as `#[tokio::test]`s under their own
 /// names; `postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`. The row lock form's test
