@@ -30,6 +30,7 @@ use crate::table::{Dialect, Table};
 ///     Cancellation::Cancelled(id) => println!("job {id} will not run"),
 ///     Cancellation::Requested(id) => println!("job {id} is running; its handler is told"),
 ///     Cancellation::NotFound => println!("finished already (or never queued)"),
+///     _ => {}
 /// }
 /// # Ok(())
 /// # }
