@@ -44,7 +44,11 @@ pub enum Cancellation {
     /// The job is in work. On a table with a [lease column](Table::lease) its lease is taken
     /// away — the row is deleted (or marked) already — and its handler's
     /// [`Delivery::cancelled`](crate::Delivery::cancelled) fires at the runner's next renewal;
-    /// its settlement changes nothing. A row lock claim's row is left to its holder.
+    /// its settlement changes nothing. A row a row lock claim or an advisory key holds gets a
+    /// request where the table has a [cancel requests' table](Table::cancel_requests): its
+    /// runner fires `cancelled()` (PostgreSQL at once, else within its poll interval), and
+    /// removes the row when the handler returns, its writes rolled back. Without that table
+    /// the job runs on to its end.
     Requested(i64),
     /// No unfinished job has this id (or key): it finished, was cancelled before, or never was.
     NotFound,
@@ -67,8 +71,10 @@ impl Table {
     ///
     /// Which jobs are in work is read from the table: a live lease in its
     /// [lease column](Table::lease) (declare it: a table without one does not know its leases),
-    /// or, on PostgreSQL and MySQL/MariaDB, a row lock claim's hold on the row (passed over:
-    /// the cancellation never waits for it).
+    /// or, on PostgreSQL and MySQL/MariaDB, a row lock claim's hold on the row, and, where the
+    /// table has a [cancel requests' table](Table::cancel_requests), a runner's advisory key on
+    /// it (passed over: the cancellation never waits for either). The README's "Cancellation"
+    /// says when the handler learns of it, per form and database.
     ///
     /// # Errors
     ///
