@@ -43,6 +43,7 @@ macro_rules! per_database {
                 a_leased_job_in_work_loses_its_lease_and_its_handler_is_told,
                 the_shutdown_timeout_fires_cancelled,
                 a_queued_job_with_requests_declared_is_removed_at_once,
+                a_missing_requests_table_is_refused_at_start,
             );
             $(cases_tests!($ty: $server);)*
         }

@@ -220,3 +220,23 @@ pub(crate) async fn a_queued_job_with_requests_declared_is_removed_at_once<DB: T
     ctx.exec(&format!("DROP TABLE {cancels}")).await;
     ctx.drop_tables().await;
 }
+
+/// A queue whose cancel requests' table is missing is refused at start, the table named.
+pub(crate) async fn a_missing_requests_table_is_refused_at_start<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let missing = format!("{t}_no_cancels");
+    let queue = Queue::table(jobs(&t).cancel_requests(&missing))
+        .lease("locked_until")
+        .handler(|_: Delivery<DB>| async { Outcome::ack() });
+    let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
+    match refused {
+        Err(sqlx_queue::Error::Schema(schema)) => {
+            assert_eq!(schema.table, missing, "{schema}");
+        }
+        other => panic!("expected a schema error naming {missing}: {other:?}"),
+    }
+    ctx.drop_tables().await;
+}
