@@ -20,11 +20,35 @@ enum Seen {
 }
 
 pub(crate) async fn a_leased_job_in_work_loses_its_lease_and_its_handler_is_told<DB: TestDb>() {
+    leased_in_work::<DB>(false).await;
+}
+
+pub(crate) async fn a_leased_job_in_work_is_marked_where_the_table_keeps_finished_rows<
+    DB: TestDb,
+>() {
+    leased_in_work::<DB>(true).await;
+}
+
+/// A plain lease queue's job cancelled in work, on a table that deletes finished rows or
+/// (`marked`) keeps them: the row is gone, or marked with its lease cleared, and the handler's
+/// retry after its cancellation leaves it so.
+async fn leased_in_work<DB: TestDb>(marked: bool) {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx.table(Spec::lease()).await;
-    let table = jobs(&t);
+    let t = ctx
+        .table(Spec {
+            processed_at: marked,
+            ..Spec::lease()
+        })
+        .await;
+    let (table, left) = match marked {
+        false => (jobs(&t), "1 = 1"),
+        true => (
+            jobs(&t).processed_at("processed_at"),
+            "processed_at IS NULL OR locked_until IS NOT NULL",
+        ),
+    };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let queue = Queue::table(table.clone())
         .lease("locked_until")
@@ -42,13 +66,10 @@ pub(crate) async fn a_leased_job_in_work_loses_its_lease_and_its_handler_is_told
         });
     let running = start(&ctx, queue).await;
     let id = enqueue(&ctx, &table, Job::new("x")).await;
-    cancel_in_work(&ctx, &table, &running, &mut rx, id).await;
+    cancel_in_work(&ctx, &table, left, &running, &mut rx, id).await;
     running.shutdown().await.unwrap();
-    assert_eq!(
-        ctx.count(&t, "1 = 1").await,
-        0,
-        "the retry left the row gone"
-    );
+    assert_eq!(ctx.count(&t, left).await, 0, "the retry left the row so");
+    assert_eq!(ctx.count(&t, "1 = 1").await, i64::from(marked));
     ctx.drop_tables().await;
 }
 
@@ -68,11 +89,12 @@ async fn start<DB: TestDb>(
 }
 
 /// Cancels job `id` of `table` once its handler reported it started on `rx`: the answer is "in
-/// work", the row is gone at once, the handler is told within half a lease (and a margin), and
-/// its settlement then finds the lease lost.
+/// work", no row of `id` is `left` at once (gone, or marked and its lease cleared), the handler
+/// is told within half a lease (and a margin), and its settlement then finds the lease lost.
 async fn cancel_in_work<DB: TestDb>(
     ctx: &Ctx<DB>,
     table: &Table,
+    left: &str,
     running: &sqlx_queue::Running,
     rx: &mut mpsc::UnboundedReceiver<Seen>,
     id: i64,
@@ -84,9 +106,10 @@ async fn cancel_in_work<DB: TestDb>(
         Cancellation::Requested(id)
     );
     assert_eq!(
-        ctx.count(&table_name(table), &format!("id = {id}")).await,
+        ctx.count(&table_name(table), &format!("id = {id} AND ({left})"))
+            .await,
         0,
-        "the row is gone at once"
+        "the row is gone (or marked, its lease cleared) at once"
     );
     // The runner renews every half lease: it learns of the cancellation by then.
     let bound = LEASE / 2 + Duration::from_millis(750);
@@ -141,7 +164,7 @@ pub(crate) async fn a_cancelled_transactional_delivery_commits_nothing<DB: TestD
         });
     let running = start(&ctx, queue).await;
     let id = enqueue(&ctx, &table, Job::new("x")).await;
-    cancel_in_work(&ctx, &table, &running, &mut rx, id).await;
+    cancel_in_work(&ctx, &table, "1 = 1", &running, &mut rx, id).await;
     running.shutdown().await.unwrap();
     assert_eq!(
         ctx.count(&writes, "1 = 1").await,

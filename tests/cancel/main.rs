@@ -41,6 +41,7 @@ macro_rules! per_database {
                 a_cancel_in_a_transaction_rolled_back_cancels_nothing,
                 a_finished_job_is_not_found,
                 a_leased_job_in_work_loses_its_lease_and_its_handler_is_told,
+                a_leased_job_in_work_is_marked_where_the_table_keeps_finished_rows,
                 the_shutdown_timeout_fires_cancelled,
                 a_queued_job_with_requests_declared_is_removed_at_once,
                 a_missing_requests_table_is_refused_at_start,
