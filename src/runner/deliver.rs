@@ -4,6 +4,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::FutureExt as _;
 use tracing::Instrument as _;
@@ -83,6 +84,8 @@ async fn run<DB, F, H>(
     }
     let entered = q.requests.enter(id);
     let cancelled = &entered.entry;
+    // Whether the settlement's outcome is the request's (the row removed), not the handler's.
+    let by_request = AtomicBool::new(false);
     let settlement = async {
         let mut slot = lend::<DB, F, H::Mode>(q, &mut hold).await?;
         let whole = match H::ROW {
@@ -108,6 +111,7 @@ async fn run<DB, F, H>(
             if cancelled.requested() {
                 // Whatever the handler returned: its writes roll back, and its row goes.
                 tracing::info!("job cancelled while in work; its row is removed");
+                by_request.store(true, Ordering::Relaxed);
                 Outcome::drop()
             } else {
                 policy::outcome(q, id, attempt, handled)
@@ -116,13 +120,20 @@ async fn run<DB, F, H>(
         .await
     }
     .await;
-    match settlement {
-        Ok((outcome, tx)) => settle(q, id, hold, outcome, tx, worker).await,
-        Err(unsettled) => abandon(q, id, hold, unsettled).await,
-    }
-    let requested = cancelled.requested();
+    let removed = match settlement {
+        Ok((outcome, tx)) => {
+            let by_request = by_request.load(Ordering::Relaxed);
+            settle(q, id, hold, outcome, tx, worker).await && by_request
+        }
+        Err(unsettled) => {
+            abandon(q, id, hold, unsettled).await;
+            false
+        }
+    };
     drop(entered);
-    if requested {
+    // A request stays while its row does (released unsettled, or settled by the handler's
+    // outcome when the request came after it): the row's next delivery is cancelled.
+    if removed {
         q.requests.forget(&q.shared.pool, id).await;
     }
 }
@@ -277,6 +288,7 @@ async fn abandon<DB: Backend, F: Form<DB>>(
 /// Settles a delivery, and counts it by the policy: acks and drops of plain queues that group
 /// them go through the queue's ack grouping, their worker given to the next row meanwhile; a
 /// settlement that failed for the row keeps it held for the policy's delay where the form can.
+/// `true` when it settled.
 async fn settle<DB: Backend, F: Form<DB>>(
     q: &Live<DB, F>,
     id: i64,
@@ -284,7 +296,7 @@ async fn settle<DB: Backend, F: Form<DB>>(
     outcome: Outcome,
     tx: Option<HeldConn<DB>>,
     worker: Worker<'_>,
-) {
+) -> bool {
     tracing::Span::current().record("outcome", outcome.name());
     let since = q.observe.timer();
     let kept = q.form.keep(&hold);
@@ -307,9 +319,11 @@ async fn settle<DB: Backend, F: Form<DB>>(
     };
     q.observe.settlement_took(since);
     q.note_unlock();
+    let ok = settled.is_ok();
     if let (Some(delay), Some(kept)) = (policy::settled(q, id, outcome, settled), kept) {
         q.form.hold_for(&q.conns, id, kept, delay).await;
     }
+    ok
 }
 
 /// Releases a delivery's row unsettled (it was not handled to the end), and says so.

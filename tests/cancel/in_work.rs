@@ -373,3 +373,82 @@ async fn a_held_job_in_work_is_cancelled_by_request<DB: TestDb, F: Form<DB>>() {
     ctx.exec(&format!("DROP TABLE {cancels}")).await;
     ctx.drop_tables().await;
 }
+
+/// A request whose delivery ended unsettled (its handler ignored `cancelled()` past the shutdown
+/// timeout) stays with its row, and the next runner that claims the row cancels that delivery at
+/// its first read of requests, and removes the row and the request.
+pub(crate) async fn a_request_outlives_a_delivery_released_unsettled<DB: TestDb>()
+where
+    RowLockForm: Form<DB>,
+{
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let cancels = format!("{t}_cancels");
+    ctx.exec(&format!("CREATE TABLE {cancels} (id BIGINT PRIMARY KEY)"))
+        .await;
+    let table = Table::new(&t)
+        .retry_after("retry_after")
+        .cancel_requests(&cancels);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let started = tx.clone();
+    let deaf = RowLockForm::apply(Queue::table(table.clone())).handler(move |d: Delivery<DB>| {
+        let started = started.clone();
+        async move {
+            started.send(Seen::Started(d.id())).unwrap();
+            std::future::pending::<Outcome>().await
+        }
+    });
+    let first = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(200))
+        .shutdown_timeout(Duration::from_millis(300))
+        .mount(deaf)
+        .start()
+        .await
+        .unwrap();
+    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    assert_eq!(
+        recv(&mut rx, "the first handler to start", 5).await,
+        Seen::Started(id)
+    );
+    assert_eq!(
+        table.cancel(&ctx.pool, id).await.unwrap(),
+        Cancellation::Requested(id)
+    );
+    let report = first.shutdown().await.unwrap();
+    assert_eq!(report.cancelled, 1, "{report:?}");
+    assert_eq!(ctx.count(&t, "1 = 1").await, 1, "the row was released");
+    assert_eq!(ctx.count(&cancels, "1 = 1").await, 1, "the request stays");
+    let listening =
+        RowLockForm::apply(Queue::table(table.clone())).handler(move |d: Delivery<DB>| {
+            let tx = tx.clone();
+            async move {
+                tx.send(Seen::Started(d.id())).unwrap();
+                tokio::select! {
+                    () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
+                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                }
+                Outcome::ack()
+            }
+        });
+    let second = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(200))
+        .mount(listening)
+        .start()
+        .await
+        .unwrap();
+    assert_eq!(
+        recv(&mut rx, "the second handler to start", 5).await,
+        Seen::Started(id)
+    );
+    assert_eq!(
+        recv(&mut rx, "the second delivery's cancellation", 2).await,
+        Seen::Cancelled(id)
+    );
+    ctx.wait_none(&t, "1 = 1", 5).await;
+    ctx.wait_none(&cancels, "1 = 1", 5).await;
+    second.shutdown().await.unwrap();
+    ctx.exec(&format!("DROP TABLE {cancels}")).await;
+    ctx.drop_tables().await;
+}

@@ -65,13 +65,16 @@ per_database! {
     postgres => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
-        an_advisory_job_in_work_is_cancelled_by_request;
+        an_advisory_job_in_work_is_cancelled_by_request,
+        a_request_outlives_a_delivery_released_unsettled;
     postgres18 => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
-        an_advisory_job_in_work_is_cancelled_by_request;
+        an_advisory_job_in_work_is_cancelled_by_request,
+        a_request_outlives_a_delivery_released_unsettled;
     mysql => sqlx::MySql, a_row_lock_claims_job_is_said_in_work_without_waiting,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
-        an_advisory_job_in_work_is_cancelled_by_request;
+        an_advisory_job_in_work_is_cancelled_by_request,
+        a_request_outlives_a_delivery_released_unsettled;
 }
