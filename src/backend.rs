@@ -29,7 +29,7 @@ pub(crate) use clock::Clock;
 pub(crate) use engine::Engine;
 pub(crate) use held::{HeldConn, Key, in_process};
 
-use crate::table::{Dialect, Value, ValueKind};
+use crate::table::{Dialect, Headers, Value, ValueKind};
 
 /// A database a queue can run on: [`sqlx::Postgres`], [`sqlx::MySql`] (MySQL and MariaDB) or
 /// [`sqlx::Sqlite`], each behind the crate feature of the same name.
@@ -154,7 +154,7 @@ pub(crate) async fn fetch_ready<DB: Backend>(
 }
 
 /// One claimed row, as a claim statement returns it:
-/// `(id, payload[, attempt][, created_at][, session])`.
+/// `(id, payload[, attempt][, created_at][, headers][, session])`.
 #[derive(Debug)]
 pub(crate) struct ClaimedRow {
     pub(crate) id: i64,
@@ -165,10 +165,12 @@ pub(crate) struct ClaimedRow {
     /// `metrics` feature): `None` too when the value does not decode, which only loses its
     /// pickup latency.
     pub(crate) created_at: Option<DateTime<Utc>>,
+    /// The job's headers, where the table has a headers column (else empty).
+    pub(crate) headers: Headers,
     /// The server session that holds the row (MySQL/MariaDB transactional row lock and advisory
     /// claims), so a delivery cancelled at shutdown can end it.
     pub(crate) session: Option<i64>,
-    /// Why the row's payload or attempt did not decode: it never reaches the handler.
+    /// Why the row's payload, attempt or headers did not decode: it never reaches the handler.
     pub(crate) undecodable: Option<String>,
 }
 
@@ -177,6 +179,7 @@ pub(crate) struct ClaimedRow {
 pub(crate) struct ClaimColumns {
     pub(crate) attempt: bool,
     pub(crate) created_at: bool,
+    pub(crate) headers: bool,
 }
 
 /// Runs a claim and reads its rows. The id identifies a row; a value of the rest that does not
@@ -189,7 +192,8 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
     use sqlx::Row as _;
     let rows = DB::fetch_all(conn, query).await?;
     let created = 2 + usize::from(columns.attempt);
-    let session = created + usize::from(columns.created_at);
+    let headers = created + usize::from(columns.created_at);
+    let session = headers + usize::from(columns.headers);
     rows.iter()
         .map(|row| {
             let id = DB::get_i64(row, 0)?;
@@ -198,11 +202,23 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
                     true => Some(DB::get_i64(row, 2)?),
                     false => None,
                 };
-                Ok((DB::get_bytes(row, 1)?, attempt))
+                let headers = match columns.headers {
+                    true => DB::get_bytes_or_null(row, headers)?.unwrap_or_default(),
+                    false => Vec::new(),
+                };
+                Ok((DB::get_bytes(row, 1)?, attempt, headers))
             };
-            let (payload, attempt, undecodable) = match rest() {
-                Ok((payload, attempt)) => (payload, attempt, None),
-                Err(error) => (Vec::new(), None, Some(error.to_string())),
+            let (payload, attempt, headers, undecodable) = match rest() {
+                Ok((payload, attempt, headers)) => match Headers::decode(&headers) {
+                    Ok(headers) => (payload, attempt, headers, None),
+                    Err(why) => (payload, attempt, Headers::default(), Some(why)),
+                },
+                Err(error) => (
+                    Vec::new(),
+                    None,
+                    Headers::default(),
+                    Some(error.to_string()),
+                ),
             };
             let created_at = columns
                 .created_at
@@ -217,6 +233,7 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
                 payload,
                 attempt,
                 created_at,
+                headers,
                 session,
                 undecodable,
             })
@@ -301,6 +318,13 @@ macro_rules! driver_common {
         }
 
         fn get_text(row: &Self::Row, index: usize) -> Result<String, sqlx::Error> {
+            sqlx::Row::try_get(row, index)
+        }
+
+        fn get_bytes_or_null(
+            row: &Self::Row,
+            index: usize,
+        ) -> Result<Option<Vec<u8>>, sqlx::Error> {
             sqlx::Row::try_get(row, index)
         }
 

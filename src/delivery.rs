@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, HeldConn};
+use crate::table::Headers;
 
 mod sealed {
     pub trait Sealed {}
@@ -52,8 +53,8 @@ impl TransactionalMode for Transactional {}
 /// (or a [`Tx`]) escaped into another task.
 pub(crate) type TxSlot<DB> = Arc<tokio::sync::Mutex<Option<HeldConn<DB>>>>;
 
-/// One row handed to a handler: its id, payload and attempt count, owned, so the handler's future
-/// can be spawned.
+/// One row handed to a handler: its id, payload, attempt count and [headers](Delivery::headers),
+/// owned, so the handler's future can be spawned.
 ///
 /// `M` is the queue's mode: [`Plain`] (the default) or
 /// [`Transactional`](crate::Transactional), whose deliveries lend their transaction through
@@ -79,6 +80,7 @@ pub struct Delivery<DB: Backend, M: Mode = Plain> {
     pub(crate) payload: Vec<u8>,
     pub(crate) attempt: u32,
     pub(crate) group: Option<Arc<str>>,
+    pub(crate) headers: Headers,
     pub(crate) tx: Option<TxSlot<DB>>,
     pub(crate) cancel: CancellationToken,
     pub(crate) mode: PhantomData<fn() -> M>,
@@ -90,6 +92,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
         payload: Vec<u8>,
         attempt: u32,
         group: Option<Arc<str>>,
+        headers: Headers,
         tx: Option<TxSlot<DB>>,
         cancel: CancellationToken,
     ) -> Self {
@@ -98,6 +101,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
             payload,
             attempt,
             group,
+            headers,
             tx,
             cancel,
             mode: PhantomData,
@@ -174,6 +178,18 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
         self.cancel.is_cancelled()
     }
 
+    /// The value of the job's header `key` ([`Job::header`](crate::Job::header)), byte for byte
+    /// as enqueued; `None` when the job did not carry it or the table has no
+    /// [headers](crate::Table::headers) column.
+    pub fn header(&self, key: &str) -> Option<&str> {
+        self.headers.get(key)
+    }
+
+    /// All the job's headers, in key order (empty when it carried none).
+    pub fn headers(&self) -> &Headers {
+        &self.headers
+    }
+
     /// Decodes the payload as JSON.
     ///
     /// # Errors
@@ -223,6 +239,7 @@ impl<DB: Backend, M: Mode> fmt::Debug for Delivery<DB, M> {
             .field("attempt", &self.attempt)
             .field("group", &self.group)
             .field("payload_len", &self.payload.len())
+            .field("headers", &self.headers.len())
             .field("transactional", &M::TRANSACTIONAL)
             .finish()
     }

@@ -5,6 +5,7 @@
 //! in-process wake-ups are apart in `wake`, where the runner registers its queues too.
 
 mod cancel;
+mod headers;
 mod refuse;
 mod tick;
 mod unique;
@@ -12,7 +13,7 @@ mod unique_job;
 mod wake;
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -61,7 +62,8 @@ fn bound<DB: Backend>(stmt: &dialect::Stmt, args: &Args<'_>) -> backend::Q<DB> {
     backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
 }
 
-/// A job to enqueue: its payload, the group (queue) it is for, and an optional delay.
+/// A job to enqueue: its payload, the group (queue) it is for, an optional delay, and its
+/// [headers](Job::header).
 ///
 /// # Examples
 ///
@@ -79,6 +81,7 @@ pub struct Job<'a> {
     group: Option<Cow<'a, str>>,
     delay: Option<Duration>,
     priority: i64,
+    headers: BTreeMap<Cow<'a, str>, Cow<'a, str>>,
 }
 
 impl<'a> Job<'a> {
@@ -89,6 +92,7 @@ impl<'a> Job<'a> {
             group: None,
             delay: None,
             priority: 0,
+            headers: BTreeMap::new(),
         }
     }
 
@@ -99,6 +103,7 @@ impl<'a> Job<'a> {
             group: None,
             delay: None,
             priority: 0,
+            headers: BTreeMap::new(),
         }
     }
 
@@ -164,8 +169,8 @@ impl Table {
     ///
     /// [`Error::Identifier`] for a name that cannot be quoted (on MySQL/MariaDB, also one with
     /// a character beyond the Basic Multilingual Plane); [`Error::InvalidJob`] for a job the
-    /// table cannot hold (no group on a table with a group column, a group or a delay the table
-    /// has no column for); [`Error::PayloadTooLarge`] for a statement larger than
+    /// table cannot hold (no group on a table with a group column, a group, a delay or headers
+    /// the table has no column for, a header with a NUL character); [`Error::PayloadTooLarge`] for a statement larger than
     /// MySQL/MariaDB's `max_allowed_packet`; [`Error::Schema`] for a SQLite table qualified by a
     /// name that is not an attached database (`public.jobs`: SQLite's is `main.jobs`);
     /// [`Error::IdOutOfRange`] for a MySQL/MariaDB id beyond `i64` (the job was inserted);
@@ -177,8 +182,10 @@ impl Table {
     {
         self.check(&job)?;
         let sql = rendered(DB::DIALECT, self)?;
+        let headers = job.headers_text();
         let args = Args {
             payload: &job.payload,
+            headers: headers.as_deref(),
             group: job.group.as_deref(),
             at: job.delay.map(|delay| Clock::default().after(delay)),
             priority: job.priority,
@@ -186,8 +193,10 @@ impl Table {
             notify_payload: job.group.as_deref(),
             ..Args::default()
         };
-        let bytes =
-            sql.insert.text().len() + job.payload.len() + job.group.as_deref().map_or(0, str::len);
+        let bytes = sql.insert.text().len()
+            + job.payload.len()
+            + job.group.as_deref().map_or(0, str::len)
+            + headers.as_deref().map_or(0, str::len);
         self.refuse_too_large::<DB>(bytes)?;
         // Behind a transaction pooler, unnamed: prepared statements do not outlive the caller's
         // transaction there.
@@ -202,7 +211,7 @@ impl Table {
 
     /// Inserts many jobs with one statement, returning how many were inserted. One statement
     /// binds at most 30,000 values — a value per job for its payload, and one for each of its
-    /// group, `retry_after` and priority columns the table has: [`Table::max_batch`] jobs. Call
+    /// group, `retry_after`, priority and headers columns the table has: [`Table::max_batch`] jobs. Call
     /// it once per slice of a longer list, inside one transaction to commit them together.
     ///
     /// # Errors
@@ -234,8 +243,9 @@ impl Table {
             ));
         }
         let clock = Clock::default();
+        let headers: Vec<Option<String>> = jobs.iter().map(Job::headers_text).collect();
         let mut values = Vec::with_capacity(jobs.len() * self.values_per_job());
-        for job in jobs {
+        for (job, headers) in jobs.iter().zip(&headers) {
             values.push(Value::Bytes(&job.payload));
             if names.group.is_some() {
                 values.push(Value::Text(job.group.as_deref()));
@@ -245,6 +255,9 @@ impl Table {
             }
             if names.priority.is_some() {
                 values.push(Value::I64(job.priority));
+            }
+            if names.headers.is_some() {
+                values.push(Value::Text(headers.as_deref()));
             }
         }
         let notifying = names.notify && DB::DIALECT == Dialect::Postgres;
@@ -322,5 +335,6 @@ impl Table {
         1 + usize::from(self.group.is_some())
             + usize::from(self.retry_after.is_some())
             + usize::from(self.priority.is_some())
+            + usize::from(self.headers.is_some())
     }
 }

@@ -31,7 +31,7 @@ pub use runner::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SCHEDULES_TABLE, DEFAULT_SHUTDOWN_TIMEOUT, Missed, Runner,
     Running, Schedule, ShutdownReport, Stats,
 };
-pub use table::{DeadLetter, PayloadType, Pooler, Table};
+pub use table::{DeadLetter, Headers, PayloadType, Pooler, Table};
 
 #[cfg(feature = "internals")]
 #[doc(hidden)]

@@ -2,7 +2,11 @@
 
 use chrono::{DateTime, Utc};
 
+mod headers;
 mod ident;
+
+pub use headers::Headers;
+pub(crate) use headers::encode as encode_headers;
 
 pub(crate) use ident::table_parts;
 
@@ -45,6 +49,7 @@ pub struct Table {
     pub(crate) lease: Option<String>,
     pub(crate) created_at: Option<String>,
     pub(crate) cancel_requests: Option<String>,
+    pub(crate) headers: Option<String>,
     pub(crate) notify: bool,
     pub(crate) pooler: Pooler,
 }
@@ -65,6 +70,7 @@ impl Table {
             lease: None,
             created_at: None,
             cancel_requests: None,
+            headers: None,
             notify: false,
             pooler: Pooler::None,
         }
@@ -174,6 +180,30 @@ impl Table {
     /// their deliveries in work, cancel them, and remove their rows.
     pub fn cancel_requests(mut self, table: impl Into<String>) -> Self {
         self.cancel_requests = Some(table.into());
+        self
+    }
+
+    /// A headers column: each job's [headers](crate::Job::header), string keys and values stored
+    /// as a JSON object, which deliveries read back byte for byte
+    /// ([`Delivery::header`](crate::Delivery::header)) — a W3C `traceparent`, say, to continue
+    /// the enqueuing request's trace in the handler. A job without headers writes NULL, so the
+    /// column must take NULL.
+    ///
+    /// | | PostgreSQL | MySQL/MariaDB | SQLite |
+    /// |---|---|---|---|
+    /// | column type | `JSONB`, `JSON`, `TEXT` | `JSON`, `TEXT` (utf8mb4) | `TEXT` |
+    ///
+    /// A job with headers enqueued into a table without this column is refused
+    /// ([`Error::InvalidJob`](crate::Error::InvalidJob)), never stored without them.
+    ///
+    /// ```
+    /// use sqlx_queue::Table;
+    /// // CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, payload BYTEA NOT NULL, headers JSONB, ..)
+    /// let jobs = Table::new("jobs").headers("headers");
+    /// # let _ = jobs;
+    /// ```
+    pub fn headers(mut self, column: impl Into<String>) -> Self {
+        self.headers = Some(column.into());
         self
     }
 

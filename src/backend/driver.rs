@@ -73,6 +73,8 @@ pub trait Driver: sqlx::Database + sqlx::database::HasStatementCache {
     fn get_i64(row: &Self::Row, index: usize) -> Result<i64, sqlx::Error>;
     fn get_bytes(row: &Self::Row, index: usize) -> Result<Vec<u8>, sqlx::Error>;
     fn get_text(row: &Self::Row, index: usize) -> Result<String, sqlx::Error>;
+    /// Bytes that may be NULL.
+    fn get_bytes_or_null(row: &Self::Row, index: usize) -> Result<Option<Vec<u8>>, sqlx::Error>;
     fn get_time(
         row: &Self::Row,
         index: usize,

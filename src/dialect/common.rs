@@ -135,12 +135,14 @@ pub(super) fn order(w: &mut SqlWriter, n: &Names) {
     w.push(&n.id);
 }
 
-/// `, created_at` (named with `prefix`, e.g. `q.`) after a claim's other columns, where the claim
-/// reads the row's creation time ([`Names::read_created`]).
+/// `[, created_at][, headers]` (named with `prefix`, e.g. `q.`) after a claim's other columns,
+/// where the claim reads the row's creation time ([`Names::read_created`]) and its headers
+/// ([`Names::headers`]).
 pub(super) fn read_created(w: &mut SqlWriter, n: &Names, prefix: &str) {
     if let (true, Some(created_at)) = (n.read_created, &n.created_at) {
         w.push(", ").push(prefix).push(created_at);
     }
+    n.read_headers(w, prefix);
 }
 
 /// `id` read as a 64-bit integer (PostgreSQL decodes strictly; MySQL reads it signed).

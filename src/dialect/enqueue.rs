@@ -8,7 +8,8 @@ use super::{Dialect, Names, Slot, SqlWriter, Stmt};
 /// The enqueue statement.
 #[derive(Debug, Clone)]
 pub(crate) struct EnqueueSql {
-    /// `INSERT` of one job; binds payload, then group and `retry_after` where the table has them.
+    /// `INSERT` of one job; binds payload, then group, `retry_after`, priority and headers where
+    /// the table has them.
     pub(crate) insert: Stmt,
     /// Whether `insert` returns the new id (else the driver's last insert id is read).
     pub(crate) returning: bool,
@@ -23,7 +24,7 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
         .push(&n.table)
         .push(" (")
         .push(&n.payload);
-    for column in [&n.group, &n.retry_after, &n.priority]
+    for column in [&n.group, &n.retry_after, &n.priority, &n.headers]
         .into_iter()
         .flatten()
     {
@@ -39,6 +40,10 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
     }
     if n.priority.is_some() {
         w.push(", ").param(Slot::Priority);
+    }
+    if n.headers.is_some() {
+        w.push(", ");
+        n.headers_param(&mut w);
     }
     w.push(")");
     if n.notify && n.dialect == Dialect::Postgres {
@@ -87,7 +92,7 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
         .push(&n.table)
         .push(" (")
         .push(&n.payload);
-    for column in [&n.group, &n.retry_after, &n.priority]
+    for column in [&n.group, &n.retry_after, &n.priority, &n.headers]
         .into_iter()
         .flatten()
     {
@@ -105,6 +110,10 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
         }
         if n.priority.is_some() {
             w.push(", ").param(Slot::Priority);
+        }
+        if n.headers.is_some() {
+            w.push(", ");
+            n.headers_param(&mut w);
         }
         w.push(")");
     }
@@ -164,6 +173,47 @@ mod tests {
             claim
                 .text()
                 .ends_with("RETURNING `id`, CAST(`payload` AS BLOB)"),
+            "{}",
+            claim.text()
+        );
+    }
+
+    #[test]
+    fn headers_are_written_as_json_text_and_read_as_bytes() {
+        let table = || Table::new("jobs").headers("h");
+        let n = Names::of_table(Dialect::Postgres, &table()).unwrap();
+        assert_eq!(
+            super::super::enqueue(&n).insert.text(),
+            r#"INSERT INTO "jobs" ("payload", "h") VALUES ($1, CAST($2 AS jsonb)) RETURNING CAST("id" AS BIGINT)"#
+        );
+        let n = Names::of_table(Dialect::MySql, &table()).unwrap();
+        assert_eq!(
+            super::enqueue_many(&n, 2),
+            "INSERT INTO `jobs` (`payload`, `h`) VALUES (?, ?), (?, ?)"
+        );
+        let n = Names::for_test(Dialect::Postgres, table(), None, "lease", true);
+        let Claim::Returning(claim) =
+            super::super::postgres::lease_claim(&n, n.lease.as_deref().unwrap())
+        else {
+            panic!("PostgreSQL claims in one statement");
+        };
+        assert!(
+            claim
+                .text()
+                .ends_with(r#"CAST(q."attempt" AS BIGINT) - 1, convert_to(q."h"::text, 'UTF8')"#),
+            "{}",
+            claim.text()
+        );
+        let n = Names::for_test(Dialect::Sqlite, table(), None, "lease", false);
+        let Claim::Returning(claim) =
+            super::super::sqlite::lease_claim(&n, n.lease.as_deref().unwrap())
+        else {
+            panic!("SQLite claims in one statement");
+        };
+        assert!(
+            claim
+                .text()
+                .ends_with("RETURNING `id`, `payload`, CAST(`h` AS BLOB)"),
             "{}",
             claim.text()
         );

@@ -33,6 +33,9 @@ pub(crate) struct Names {
     /// Whether claims return the creation time column too (with the `metrics` feature, for the
     /// pickup latency), after the attempt.
     pub(crate) read_created: bool,
+    /// The headers column ([`Table::headers`]): enqueues write it, claims read it last (before
+    /// the session).
+    pub(crate) headers: Option<String>,
     /// One row in work per group at a time, in order (the lease form).
     pub(crate) fifo: Option<Fifo>,
     /// Whether claims take only the rows of one group value (a named queue), or of every group
@@ -84,6 +87,7 @@ impl Names {
                 .map(|t| dialect.quote_table(t))
                 .transpose()?,
             read_created: false,
+            headers: opt(&table.headers)?,
             fifo: None,
             one_group: table.group.is_some(),
             notify: table.notify,
@@ -165,6 +169,33 @@ impl Names {
             (_, Dialect::Sqlite) => ("CAST(", " AS BLOB)"),
         };
         w.push(before).push(prefix).push(&self.payload).push(after);
+    }
+
+    /// Reads the headers column (named with `prefix`) as UTF-8 bytes, whatever its type (text,
+    /// JSON, `JSONB`); NULL stays NULL.
+    pub(crate) fn read_headers(&self, w: &mut SqlWriter, prefix: &str) {
+        let Some(headers) = &self.headers else {
+            return;
+        };
+        let (before, after) = match self.dialect {
+            Dialect::Postgres => ("convert_to(", "::text, 'UTF8')"),
+            Dialect::MySql => ("CAST(CONVERT(", " USING utf8mb4) AS BINARY)"),
+            Dialect::Sqlite => ("CAST(", " AS BLOB)"),
+        };
+        w.push(", ")
+            .push(before)
+            .push(prefix)
+            .push(headers)
+            .push(after);
+    }
+
+    /// The headers' parameter (their JSON text): on PostgreSQL cast to `jsonb`, which every
+    /// column type the role takes (`jsonb`, `json`, `text`) is assigned from.
+    pub(crate) fn headers_param(&self, w: &mut SqlWriter) {
+        match self.dialect {
+            Dialect::Postgres => w.push("CAST(").param(Slot::Headers).push(" AS jsonb)"),
+            Dialect::MySql | Dialect::Sqlite => w.param(Slot::Headers),
+        };
     }
 
     /// The payload's parameter, converted from bytes to the column's type.

@@ -36,6 +36,8 @@ pub(crate) enum Slot {
     Window,
     /// A job's payload.
     Payload,
+    /// A job's headers, as JSON text (NULL for none).
+    Headers,
     /// A row's advisory key (PostgreSQL).
     Key,
     /// The table's advisory key class, the high half of its keys (PostgreSQL).
@@ -82,7 +84,8 @@ impl Slot {
             | Slot::NotifyTable
             | Slot::NotifyPayload
             | Slot::UniqueKey
-            | Slot::Schedule => ValueKind::Text,
+            | Slot::Schedule
+            | Slot::Headers => ValueKind::Text,
             Slot::Payload => ValueKind::Bytes,
         }
     }
@@ -186,6 +189,7 @@ pub(crate) struct Args<'a> {
     pub(crate) limit: i64,
     pub(crate) window: i64,
     pub(crate) payload: &'a [u8],
+    pub(crate) headers: Option<&'a str>,
     pub(crate) key: i64,
     pub(crate) key_class: i64,
     pub(crate) key_prefix: Option<&'a str>,
@@ -234,6 +238,7 @@ impl<'a> Args<'a> {
             Slot::Limit => Value::I64(self.limit),
             Slot::Window => Value::I64(self.window),
             Slot::Payload => Value::Bytes(self.payload),
+            Slot::Headers => Value::Text(self.headers),
             Slot::Key => Value::I64(self.key),
             Slot::KeyClass => Value::I64(self.key_class),
             Slot::KeyPrefix => Value::Text(self.key_prefix),

@@ -20,7 +20,7 @@ pub(crate) fn insert(n: &Names, key: &str, rows: usize) -> Stmt {
         .push(&n.table)
         .push(" (")
         .push(&n.payload);
-    for column in [&n.group, &n.retry_after, &n.priority]
+    for column in [&n.group, &n.retry_after, &n.priority, &n.headers]
         .into_iter()
         .flatten()
     {
@@ -38,6 +38,10 @@ pub(crate) fn insert(n: &Names, key: &str, rows: usize) -> Stmt {
         }
         if n.priority.is_some() {
             w.push(", ").param(Slot::Priority);
+        }
+        if n.headers.is_some() {
+            w.push(", ");
+            n.headers_param(&mut w);
         }
         w.push(", ").param(Slot::UniqueKey).push(")");
     }
@@ -117,6 +121,8 @@ pub(crate) fn update(n: &Names, change: Change) -> Stmt {
             .push(" = ");
         if slot == Slot::Payload {
             n.payload_param(w);
+        } else if slot == Slot::Headers {
+            n.headers_param(w);
         } else {
             w.param(slot);
         }
@@ -130,6 +136,9 @@ pub(crate) fn update(n: &Names, change: Change) -> Stmt {
     }
     if let (Change::Replace, Some(priority)) = (change, &n.priority) {
         set(&mut w, priority, Slot::Priority);
+    }
+    if let (Change::Replace, Some(headers)) = (change, &n.headers) {
+        set(&mut w, headers, Slot::Headers);
     }
     w.push(" WHERE ").push(&n.id).push(" = ").param(Slot::Id);
     if let Some(processed_at) = &n.processed_at {

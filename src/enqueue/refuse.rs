@@ -97,6 +97,7 @@ impl Table {
 
     /// Refuses a job this table cannot hold.
     pub(super) fn check(&self, job: &Job<'_>) -> Result<()> {
+        self.check_headers(job)?;
         let refuse = |reason: String| Err(Error::invalid_job(&self.name, reason));
         match (&self.group, &job.group) {
             (Some(column), None) => refuse(format!(

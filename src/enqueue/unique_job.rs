@@ -14,7 +14,7 @@ use crate::table::Table;
 pub enum OnDuplicate {
     /// Insert nothing and report the existing job ([`Enqueued::Duplicate`]).
     Skip,
-    /// Give the existing job this job's payload, priority and due time, unless it is in work
+    /// Give the existing job this job's payload, headers, priority and due time, unless it is in work
     /// ([`Enqueued::Replaced`], or [`Enqueued::InWork`] and nothing changed).
     Replace,
     /// Push the existing job's due time to now + `wait`, but never past `max` after it was
@@ -65,7 +65,7 @@ impl<'a> Job<'a> {
 }
 
 impl<'a> UniqueJob<'a> {
-    /// A taken key gets this job's payload, priority and due time, unless its job is in work.
+    /// A taken key gets this job's payload, headers, priority and due time, unless its job is in work.
     pub fn replace(mut self) -> Self {
         self.on_duplicate = OnDuplicate::Replace;
         self
@@ -103,7 +103,7 @@ pub enum Enqueued {
     New(i64),
     /// The key was taken ([`OnDuplicate::Skip`]): nothing changed; the existing job's id.
     Duplicate(i64),
-    /// The existing job (not in work) took this job's payload, priority and due time.
+    /// The existing job (not in work) took this job's payload, headers, priority and due time.
     Replaced(i64),
     /// The existing job (not in work) was pushed later.
     Debounced(i64),

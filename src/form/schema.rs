@@ -121,6 +121,7 @@ pub(crate) async fn check<DB: Backend>(
     let columns = ClaimColumns {
         attempt: config.attempt.is_some(),
         created_at: names.read_created,
+        headers: names.headers.is_some(),
     };
     Ok(Checked {
         row: dialect::row_by_id(&names),
@@ -328,6 +329,15 @@ async fn check_columns<DB: Backend>(
     if let FormKind::Lease { column, .. } = &config.form {
         roles.push(("lease", column, Kind::Time));
     }
+    if let Some(column) = table.headers.as_deref() {
+        // Any of text, JSON and JSONB: checked against the first the column's type is.
+        let ty = find_column(DB::DIALECT, &columns, column).map(|c| c.ty.as_str());
+        let kind = [Kind::Json, Kind::Jsonb, Kind::Text]
+            .into_iter()
+            .find(|kind| ty.is_some_and(|ty| kind.accepts(DB::DIALECT, ty)))
+            .unwrap_or(Kind::Text);
+        roles.push(("headers", column, kind));
+    }
 
     for (role, column, kind) in roles {
         let Some(Column { ty, nullable, .. }) = find_column(DB::DIALECT, &columns, column) else {
@@ -346,9 +356,9 @@ async fn check_columns<DB: Backend>(
                 ),
             ));
         }
-        // Time roles are NULL until set (but the creation time, set by its default); payload and
-        // attempt are read as values.
-        let needs_null = kind == Kind::Time && role != "created_at";
+        // Time roles are NULL until set (but the creation time, set by its default), headers
+        // NULL for a job without any; payload and attempt are read as values.
+        let needs_null = (kind == Kind::Time && role != "created_at") || role == "headers";
         let needs_value = matches!(role, "payload" | "attempt");
         if needs_null && !nullable {
             return Err(schema_error(

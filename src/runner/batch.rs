@@ -118,6 +118,7 @@ where
                 row.payload,
                 *attempt,
                 q.group.clone(),
+                row.headers,
                 None,
                 cancel.clone(),
             )

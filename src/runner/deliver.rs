@@ -97,6 +97,7 @@ async fn run<DB, F, H>(
             row.payload,
             attempt,
             q.group.clone(),
+            row.headers,
             slot.clone(),
             cancelled.token.clone(),
         );

@@ -19,6 +19,7 @@ macro_rules! tests {
             a_row_that_cannot_be_counted_does_not_hold_back_its_batch,
             a_batch_of_acks_is_one_statement_on_postgres,
             concurrent_batches_drain_without_a_rollback,
+            a_batch_larger_than_a_statement_takes_each_row_once,
         );
     };
 }
@@ -378,5 +379,46 @@ pub(crate) async fn concurrent_batches_drain_without_a_rollback<DB: TestDb, F: F
         .count();
     assert_eq!(twice, 96, "each retried row twice, every other row once");
     assert!(handled.values().all(|attempts| attempts.len() <= 2));
+    ctx.drop_tables().await;
+}
+
+/// A batch larger than one statement's list (64 rows) takes each row once: the advisory form
+/// took its keys in chunks, and a later chunk's candidates began with the rows whose keys the
+/// session had just taken (advisory locks are re-entrant on PostgreSQL and MySQL/MariaDB), so a
+/// batch of 100 carried 36 rows twice and kept their keys.
+pub(crate) async fn a_batch_larger_than_a_statement_takes_each_row_once<DB: TestDb, F: Form<DB>>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let jobs_in: Vec<Job<'_>> = (0..150).map(|_| Job::new("ack")).collect();
+    DB::enqueue_many(&ctx.pool, &jobs(&t), &jobs_in)
+        .await
+        .unwrap();
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = F::apply(Queue::table(jobs(&t)))
+        .attempt("attempt")
+        .batch(100)
+        .batch_handler(move |batch: Vec<Delivery<DB>>| {
+            let _ = tx.send(batch.iter().map(|d| d.id()).collect::<Vec<_>>());
+            async move { batch.iter().map(|_| Outcome::ack()).collect() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    ctx.wait_none(&t, "1 = 1", 30).await;
+    running.shutdown().await.unwrap();
+    let mut handled = std::collections::HashMap::<i64, usize>::new();
+    while let Ok(batch) = seen.try_recv() {
+        assert!(batch.len() <= 100, "a batch of {}", batch.len());
+        for id in batch {
+            *handled.entry(id).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = handled.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "rows delivered more than once: {twice:?}");
+    assert_eq!(handled.len(), 150, "every row handled");
     ctx.drop_tables().await;
 }

@@ -41,8 +41,10 @@ impl Table {
                 return Ok(HashMap::new());
             }
         }
+        let headers: Vec<Option<String>> =
+            open.iter().map(|&i| jobs[i].job.headers_text()).collect();
         let mut values = Vec::with_capacity(open.len() * (self.values_per_job() + 1) + 2);
-        for &i in &open {
+        for (&i, headers) in open.iter().zip(&headers) {
             let job = &jobs[i];
             values.push(Value::Bytes(&job.job.payload));
             if names.group.is_some() {
@@ -53,6 +55,9 @@ impl Table {
             }
             if names.priority.is_some() {
                 values.push(Value::I64(job.job.priority));
+            }
+            if names.headers.is_some() {
+                values.push(Value::Text(headers.as_deref()));
             }
             values.push(Value::Text(Some(job.key())));
         }
@@ -175,9 +180,11 @@ impl Table {
             }
         };
         let update = dialect::unique_sql::update(names, change);
+        let headers = job.job.headers_text();
         let args = Args {
             id: holder.id,
             payload: &job.job.payload,
+            headers: headers.as_deref(),
             priority: job.job.priority,
             at,
             now: Some(clock.now()),

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::AdvisoryForm;
 use super::keys::Keys;
 use crate::backend::{Backend, ClaimedRow, HeldConn, Key, in_process, is_row_error};
-use crate::dialect::{Args, MAX_FINISH};
+use crate::dialect::{Args, MAX_EXCLUDED, MAX_FINISH};
 use crate::error::{Error, Result};
 use crate::form::{ClaimFailed, execute, fetch_claimed, fetch_i64, fetch_i64s};
 
@@ -23,24 +23,52 @@ impl AdvisoryForm {
         excluded: &[i64],
     ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
         let now = self.checked.clock.now();
-        let mut ids = Vec::new();
-        for chunk in 0..want.div_ceil(MAX_FINISH) {
-            let want = (want - chunk * MAX_FINISH).min(MAX_FINISH);
-            let locked = self.lock::<DB>(conn, want, now, excluded).await?;
-            let done = locked.len() < want;
-            ids.extend(locked);
-            if done {
+        // One statement takes every key: keys are re-entrant on PostgreSQL and MySQL/MariaDB, so
+        // a second statement would take again the keys of rows the first took, still claimable.
+        let mut ids = self.lock::<DB>(conn, want, now, excluded).await?;
+        let mut full = ids.len() == want;
+        let mut rows = self.read_taken::<DB>(conn, &ids, &ids, now).await?;
+        // Rows settled by another session since the statement's snapshot leave places a claim
+        // that found enough rows fills again, passing over the rows it took (a claim short of
+        // its rows would make its queue wait for the poll with rows ready).
+        for _ in 0..Self::REFILLS {
+            let short = want - rows.len();
+            let mut skip = excluded.to_vec();
+            skip.extend(rows.iter().map(|row| row.id));
+            if !full || short == 0 || skip.len() > usize::from(MAX_EXCLUDED) {
                 break;
             }
+            let more = self.lock::<DB>(conn, short, now, &skip).await?;
+            full = more.len() == short;
+            ids.extend(&more);
+            rows.extend(self.read_taken::<DB>(conn, &more, &ids, now).await?);
         }
-        let mut rows = Vec::with_capacity(ids.len());
-        for chunk in ids.chunks(MAX_FINISH) {
+        // In claim order, as the keys were taken.
+        rows.sort_by_key(|row| ids.iter().position(|id| *id == row.id));
+        Ok(rows)
+    }
+
+    /// How many times a claim takes more keys for rows settled since its snapshot.
+    const REFILLS: usize = 2;
+
+    /// Reads rows `taken` again (whose keys `conn` now holds), those still claimable, their
+    /// attempts counted, and gives back the keys of the others. A read that fails for a reason
+    /// of one row's own releases every key of the claim (`all`) and names the row.
+    async fn read_taken<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        taken: &[i64],
+        all: &[i64],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
+        let mut rows = Vec::with_capacity(taken.len());
+        for chunk in taken.chunks(MAX_FINISH) {
             match self.reread::<DB>(conn, chunk, now).await {
                 Ok(read) => rows.extend(read),
                 Err(error) if is_row_error(&error) => {
                     // One statement names no row: row by row to find it.
                     let named = self.reread_each::<DB>(conn, chunk, now).await;
-                    self.unlock_many::<DB>(conn, &ids).await?;
+                    self.unlock_many::<DB>(conn, all).await?;
                     return Err(named.err().unwrap_or(ClaimFailed {
                         row: None,
                         error: error.into(),
@@ -50,7 +78,7 @@ impl AdvisoryForm {
             }
         }
         // Rows settled by another session since the claim's snapshot: their keys go back.
-        let stale: Vec<i64> = ids
+        let stale: Vec<i64> = taken
             .iter()
             .copied()
             .filter(|id| !rows.iter().any(|row| row.id == *id))
@@ -58,12 +86,10 @@ impl AdvisoryForm {
         if !stale.is_empty() {
             self.unlock_many::<DB>(conn, &stale).await?;
         }
-        // In claim order, as the keys were taken.
-        rows.sort_by_key(|row| ids.iter().position(|id| *id == row.id));
         Ok(rows)
     }
 
-    /// Takes the keys of up to `want` (at most [`MAX_FINISH`]) claimable rows without waiting:
+    /// Takes the keys of up to `want` claimable rows without waiting:
     /// the ids whose keys `conn` now holds.
     async fn lock<DB: Backend>(
         &self,
