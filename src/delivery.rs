@@ -6,6 +6,8 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::backend::{Backend, HeldConn};
 use crate::table::Headers;
 
@@ -80,6 +82,7 @@ pub struct Delivery<DB: Backend, M: Mode = Plain> {
     pub(crate) group: Option<Arc<str>>,
     pub(crate) headers: Headers,
     pub(crate) tx: Option<TxSlot<DB>>,
+    pub(crate) cancel: CancellationToken,
     pub(crate) mode: PhantomData<fn() -> M>,
 }
 
@@ -91,6 +94,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
         group: Option<Arc<str>>,
         headers: Headers,
         tx: Option<TxSlot<DB>>,
+        cancel: CancellationToken,
     ) -> Self {
         Delivery {
             id,
@@ -99,6 +103,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
             group,
             headers,
             tx,
+            cancel,
             mode: PhantomData,
         }
     }
@@ -130,6 +135,47 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
     /// column.
     pub fn group(&self) -> Option<&str> {
         self.group.as_deref()
+    }
+
+    /// Completes when the delivery is cancelled: its job was cancelled
+    /// ([`Table::cancel`](crate::Table::cancel)), its lease was lost, or the runner's shutdown
+    /// timeout passed with the handler still running. Owned (it borrows nothing of the
+    /// delivery), so a handler can `select!` on it while it writes through
+    /// [`tx`](Delivery::tx), or move it into a task it spawns.
+    ///
+    /// When it completes, the delivery's settlement will change nothing — the row is gone, or
+    /// belongs to another claim or the next one — and in transactional mode nothing the handler
+    /// wrote commits: stop and return. When it fires and how soon:
+    ///
+    /// | cause | when |
+    /// |---|---|
+    /// | the job cancelled, lease form | at the lease's next renewal: within half the lease duration |
+    /// | the lease lost | at the renewal that finds it lost |
+    /// | shutdown timeout | at the timeout, just before the handler's future is dropped: what the handler spawned can stop on it |
+    ///
+    /// A batch's deliveries share theirs, which fires at the shutdown timeout only.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sqlx::Sqlite;
+    /// use sqlx_queue::{Delivery, Outcome};
+    ///
+    /// async fn render(d: Delivery<Sqlite>) -> Outcome {
+    ///     let work = async { /* a long render */ };
+    ///     tokio::select! {
+    ///         () = work => Outcome::ack(),
+    ///         () = d.cancelled() => Outcome::retry(), // changes nothing: the job was cancelled
+    ///     }
+    /// }
+    /// ```
+    pub fn cancelled(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.cancel.clone().cancelled_owned()
+    }
+
+    /// Whether the delivery is cancelled already (see [`cancelled`](Delivery::cancelled)).
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
     }
 
     /// The value of the job's header `key` ([`Job::header`](crate::Job::header)), byte for byte

@@ -4,6 +4,7 @@
 //! What an insert refuses, and what a server's refusal means, is apart in `refuse`; the
 //! in-process wake-ups are apart in `wake`, where the runner registers its queues too.
 
+mod cancel;
 mod headers;
 mod refuse;
 mod tick;
@@ -23,6 +24,7 @@ use crate::dialect::{self, Args, EnqueueSql, Names};
 use crate::error::{Error, Result};
 use crate::table::{Dialect, Table, Value};
 
+pub use cancel::Cancellation;
 pub(crate) use tick::{Fired, Ticks};
 pub use unique_job::{Enqueued, OnDuplicate, UniqueJob};
 pub(crate) use wake::{wake, wakes};

@@ -48,6 +48,7 @@ pub struct Table {
     pub(crate) unique_key: Option<String>,
     pub(crate) lease: Option<String>,
     pub(crate) created_at: Option<String>,
+    pub(crate) cancel_requests: Option<String>,
     pub(crate) headers: Option<String>,
     pub(crate) notify: bool,
     pub(crate) pooler: Pooler,
@@ -68,6 +69,7 @@ impl Table {
             unique_key: None,
             lease: None,
             created_at: None,
+            cancel_requests: None,
             headers: None,
             notify: false,
             pooler: Pooler::None,
@@ -166,6 +168,18 @@ impl Table {
     /// pushed later than its `max` after this time.
     pub fn created_at(mut self, column: impl Into<String>) -> Self {
         self.created_at = Some(column.into());
+        self
+    }
+
+    /// The table of cancel requests for this table's jobs in work on the row lock and advisory
+    /// lock forms, whose rows [`cancel`](Table::cancel) cannot touch while a claim holds them:
+    /// one column, `id` (the job's id, a primary key), created by the application (the README
+    /// shows it per database). With it, [`cancel`](Table::cancel) also tells a job held by an
+    /// advisory lock from a queued one, records a request for a job in work, and (PostgreSQL)
+    /// notifies its runner at once; runners of queues on this table learn of requests for
+    /// their deliveries in work, cancel them, and remove their rows.
+    pub fn cancel_requests(mut self, table: impl Into<String>) -> Self {
+        self.cancel_requests = Some(table.into());
         self
     }
 

@@ -4,6 +4,7 @@
 //! the statements are tested as text (below and in each dialect's file) and run against the real
 //! servers in `tests/`. Every statement is rendered once, when a queue starts.
 
+mod cancel;
 mod common;
 mod custom;
 mod dead;
@@ -27,6 +28,9 @@ use crate::error::Result;
 pub(crate) use crate::table::Dialect;
 use crate::table::{Value, table_parts};
 
+pub(crate) use cancel::{
+    CANCEL_NOTICE, CancelSql, REQUESTED_IDS, RequestSql, cancel, requests as cancel_requests,
+};
 pub(crate) use common::MAX_EXCLUDED;
 pub(crate) use custom::custom;
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect, requeue};
@@ -43,6 +47,15 @@ pub(crate) use upkeep::{PruneSql, Pruned, prune, ready};
 /// The statements of unique jobs.
 pub(crate) mod unique_sql {
     pub(crate) use super::unique::{holders, insert, lock, update};
+}
+
+/// The 32-bit FNV-1a hash: stable across processes, versions and platforms. The high half of a
+/// PostgreSQL advisory key is this hash of the table's identity (the advisory form's and a
+/// cancellation's test of a row's key).
+pub(crate) fn fnv1a_32(text: &str) -> u32 {
+    text.bytes().fold(0x811c_9dc5, |hash: u32, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// What opens a transaction that writes: SQLite's `BEGIN IMMEDIATE` takes the write lock at once,

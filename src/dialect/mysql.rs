@@ -89,6 +89,15 @@ pub(super) fn try_lock_of(w: &mut SqlWriter, id: &str) {
     w.push(", 0) = 1");
 }
 
+/// `RELEASE_LOCK` of the lock name of `id` (SQL).
+pub(super) fn release_of(w: &mut SqlWriter, id: &str) {
+    w.push("RELEASE_LOCK(");
+    lock_name(w, |w| {
+        w.push(id);
+    });
+    w.push(")");
+}
+
 /// `SELECT CAST(? AS SIGNED) AS <column> UNION ..` of `count` ids (`IdAt`): a list of ids as a
 /// derived table, each id once.
 fn id_union(w: &mut SqlWriter, count: u16, column: &str) {

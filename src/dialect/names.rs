@@ -28,6 +28,8 @@ pub(crate) struct Names {
     pub(crate) table_lease: Option<String>,
     /// The creation time column ([`Table::created_at`]).
     pub(crate) created_at: Option<String>,
+    /// The cancel requests' table, quoted.
+    pub(crate) cancel_requests: Option<String>,
     /// Whether claims return the creation time column too (with the `metrics` feature, for the
     /// pickup latency), after the attempt.
     pub(crate) read_created: bool,
@@ -79,6 +81,11 @@ impl Names {
             unique_key: opt(&table.unique_key)?,
             table_lease: opt(&table.lease)?,
             created_at: opt(&table.created_at)?,
+            cancel_requests: table
+                .cancel_requests
+                .as_deref()
+                .map(|t| dialect.quote_table(t))
+                .transpose()?,
             read_created: false,
             headers: opt(&table.headers)?,
             fifo: None,

@@ -104,6 +104,14 @@ fn key_of(w: &mut SqlWriter, id: &str) {
         .push(" AS BIGINT) & 4294967295))");
 }
 
+/// `pg_try_advisory_xact_lock` of the key of `id` (SQL): takes it for the transaction without
+/// waiting, true when taken (a cancellation's test that no runner holds the row's key).
+pub(super) fn try_xact_lock_of(w: &mut SqlWriter, id: &str) {
+    w.push("pg_try_advisory_xact_lock(");
+    key_of(w, id);
+    w.push(")");
+}
+
 /// `pg_try_advisory_lock` of the key of `id` (SQL): takes it without waiting, true when taken.
 pub(super) fn try_lock_of(w: &mut SqlWriter, id: &str) {
     w.push("pg_try_advisory_lock(");

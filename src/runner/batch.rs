@@ -13,6 +13,8 @@ use tracing::Instrument as _;
 
 use super::cancel;
 use super::claim::Pace;
+use tokio_util::sync::CancellationToken;
+
 use super::keeper::keep_batch;
 use super::policy;
 use super::queue::Live;
@@ -104,6 +106,7 @@ where
         .map(|(row, attempt)| policy::before_handler(q, row, *attempt))
         .collect();
     let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+    let cancel = CancellationToken::new();
     let deliveries: Vec<Delivery<DB>> = rows
         .into_iter()
         .zip(&attempts)
@@ -117,6 +120,7 @@ where
                 q.group.clone(),
                 row.headers,
                 None,
+                cancel.clone(),
             )
         })
         .collect();
@@ -128,7 +132,7 @@ where
         let handled =
             AssertUnwindSafe(async move { handler.call(deliveries).await }).catch_unwind();
         tokio::pin!(handled);
-        keep_batch(q, &ids, &mut batch, every, handled).await
+        keep_batch(q, &ids, &mut batch, every, handled, &cancel).await
     };
 
     let Some(result) = result else {

@@ -4,6 +4,7 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::FutureExt as _;
 use tracing::Instrument as _;
@@ -81,6 +82,10 @@ async fn run<DB, F, H>(
         settle(q, id, hold, outcome, None, worker).await;
         return;
     }
+    let entered = q.requests.enter(id);
+    let cancelled = &entered.entry;
+    // Whether the settlement's outcome is the request's (the row removed), not the handler's.
+    let by_request = AtomicBool::new(false);
     let settlement = async {
         let mut slot = lend::<DB, F, H::Mode>(q, &mut hold).await?;
         let whole = match H::ROW {
@@ -94,22 +99,43 @@ async fn run<DB, F, H>(
             q.group.clone(),
             row.headers,
             slot.clone(),
+            cancelled.token.clone(),
         );
         let since = q.observe.timer();
-        let Kept { result, extending } = call(q, handler, id, &mut hold, delivery, whole).await;
+        let Kept { result, extending } =
+            call(q, handler, id, &mut hold, delivery, whole, &cancelled.token).await;
         let Some(handled) = result else {
             return Err(Unsettled::Cancelled { slot, extending });
         };
         q.observe.handled(since);
         take_back(q, id, &mut hold, slot, || {
-            policy::outcome(q, id, attempt, handled)
+            if cancelled.requested() {
+                // Whatever the handler returned: its writes roll back, and its row goes.
+                tracing::info!("job cancelled while in work; its row is removed");
+                by_request.store(true, Ordering::Relaxed);
+                Outcome::drop()
+            } else {
+                policy::outcome(q, id, attempt, handled)
+            }
         })
         .await
     }
     .await;
-    match settlement {
-        Ok((outcome, tx)) => settle(q, id, hold, outcome, tx, worker).await,
-        Err(unsettled) => abandon(q, id, hold, unsettled).await,
+    let removed = match settlement {
+        Ok((outcome, tx)) => {
+            let by_request = by_request.load(Ordering::Relaxed);
+            settle(q, id, hold, outcome, tx, worker).await && by_request
+        }
+        Err(unsettled) => {
+            abandon(q, id, hold, unsettled).await;
+            false
+        }
+    };
+    drop(entered);
+    // A request stays while its row does (released unsettled, or settled by the handler's
+    // outcome when the request came after it): the row's next delivery is cancelled.
+    if removed {
+        q.requests.forget(&q.shared.pool, id).await;
     }
 }
 
@@ -180,6 +206,7 @@ async fn call<DB, F, H>(
     hold: &mut F::Hold,
     delivery: Delivery<DB, H::Mode>,
     whole: Option<DB::Row>,
+    cancel: &tokio_util::sync::CancellationToken,
 ) -> Kept<Handled, F::Hold>
 where
     DB: Backend,
@@ -189,7 +216,7 @@ where
     let handled =
         AssertUnwindSafe(async move { handler.call(delivery, whole).await }).catch_unwind();
     tokio::pin!(handled);
-    keep(q, id, hold, handled).await
+    keep(q, id, hold, handled, cancel).await
 }
 
 /// Takes the transaction back from the handler and ends the handler's part of it by the outcome
@@ -262,6 +289,7 @@ async fn abandon<DB: Backend, F: Form<DB>>(
 /// Settles a delivery, and counts it by the policy: acks and drops of plain queues that group
 /// them go through the queue's ack grouping, their worker given to the next row meanwhile; a
 /// settlement that failed for the row keeps it held for the policy's delay where the form can.
+/// `true` when it settled.
 async fn settle<DB: Backend, F: Form<DB>>(
     q: &Live<DB, F>,
     id: i64,
@@ -269,7 +297,7 @@ async fn settle<DB: Backend, F: Form<DB>>(
     outcome: Outcome,
     tx: Option<HeldConn<DB>>,
     worker: Worker<'_>,
-) {
+) -> bool {
     tracing::Span::current().record("outcome", outcome.name());
     let since = q.observe.timer();
     let kept = q.form.keep(&hold);
@@ -292,9 +320,11 @@ async fn settle<DB: Backend, F: Form<DB>>(
     };
     q.observe.settlement_took(since);
     q.note_unlock();
+    let ok = settled.is_ok();
     if let (Some(delay), Some(kept)) = (policy::settled(q, id, outcome, settled), kept) {
         q.form.hold_for(&q.conns, id, kept, delay).await;
     }
+    ok
 }
 
 /// Releases a delivery's row unsettled (it was not handled to the end), and says so.

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::queue::Live;
 use super::stats::Counters;
@@ -55,12 +56,16 @@ pub(super) async fn confirm<DB: Backend, F: Form<DB>>(
 }
 
 /// Awaits the handler of row `id` while extending `hold` when it must be (the handler is polled
-/// during an extension too, so a slow statement never stalls it).
+/// during an extension too, so a slow statement never stalls it). `cancel` is the delivery's
+/// [`cancelled`](crate::Delivery::cancelled): fired when an extension finds the lease lost (the
+/// job cancelled, or its lease expired and taken), and at the shutdown timeout, before the
+/// handler's future is dropped.
 pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
     q: &Live<DB, F>,
     id: i64,
     hold: &mut F::Hold,
     mut handled: Pin<&mut impl Future<Output = T>>,
+    cancel: &CancellationToken,
 ) -> Kept<T, F::Hold> {
     let abort = &q.shared.abort;
     let Some((every, since)) = q.form.extend_every(hold) else {
@@ -69,6 +74,9 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
             result = &mut handled => Some(result),
             () = abort.cancelled() => None,
         };
+        if result.is_none() {
+            cancel.cancel();
+        }
         return Kept {
             result,
             extending: None,
@@ -80,11 +88,15 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
         tokio::select! {
             biased;
             result = &mut handled => return Kept { result: Some(result), extending: None },
-            () = abort.cancelled() => return Kept { result: None, extending: None },
+            () = abort.cancelled() => {
+                cancel.cancel();
+                return Kept { result: None, extending: None };
+            }
             () = tokio::time::sleep_until(next), if !lost => {}
         }
         let Some(to) = q.form.extension(hold) else {
             lost = true;
+            cancel.cancel();
             continue;
         };
         let mut extension = Box::pin(q.form.extend(&q.conns, id, hold, &to));
@@ -99,6 +111,7 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
                     finished = Some(result);
                 }
                 () = abort.cancelled(), if finished.is_none() => {
+                    cancel.cancel();
                     // The extension may commit the new hold after all: learn which the row
                     // carries, or fence both.
                     let extended = tokio::time::timeout(GRACE, &mut extension).await;
@@ -122,8 +135,10 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
             }
             Ok(false) => {
                 lost = true;
+                cancel.cancel();
                 tracing::warn!(
-                    "lease lost while the handler was running: its settlement will fail"
+                    "lease lost while the handler was running (its job cancelled, or its lease \
+                     expired and taken): its settlement will fail"
                 );
             }
             Err(error) => {
@@ -144,13 +159,15 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
 /// Awaits a batch's handler while extending the holds of its rows `ids` when they must be
 /// (the handler waits meanwhile). `None` when cancelled at the shutdown timeout, which an
 /// extension in flight then gets [`GRACE`] more to finish (the holds it renewed by then are
-/// the batch's; a row whose renewal is cut off returns when its lease expires).
+/// the batch's; a row whose renewal is cut off returns when its lease expires). `cancel`, the
+/// batch's deliveries' [`cancelled`](crate::Delivery::cancelled), fires at the shutdown timeout.
 pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
     q: &Live<DB, F>,
     ids: &[i64],
     batch: &mut F::Batch,
     every: Option<(Duration, Instant)>,
     mut handled: Pin<&mut impl Future<Output = T>>,
+    cancel: &CancellationToken,
 ) -> Option<T> {
     let abort = &q.shared.abort;
     let mut next = every.map(|(every, since)| since + every);
@@ -158,7 +175,10 @@ pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
         tokio::select! {
             biased;
             result = &mut handled => return Some(result),
-            () = abort.cancelled() => return None,
+            () = abort.cancelled() => {
+                cancel.cancel();
+                return None;
+            }
             () = sleep_until(next) => {}
         }
         let extension = q.form.extend_batch(&q.conns, ids, batch);
@@ -167,6 +187,7 @@ pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
             biased;
             () = &mut extension => {}
             () = abort.cancelled() => {
+                cancel.cancel();
                 let _ = tokio::time::timeout(GRACE, extension).await;
                 return None;
             }

@@ -195,6 +195,15 @@ impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Spawn<DB> for Ready<DB, F, K> {
         }
         let (live, acks) = Live::new(config, self.form, shared);
         let live = Arc::new(live);
+        if live.requests.read() {
+            let shared = &live.shared;
+            tokio::spawn(super::requests::watch(
+                Arc::clone(&live.requests),
+                shared.pool.clone(),
+                shared.poll_interval,
+                shared.stop.clone(),
+            ));
+        }
         if let Some(acks) = acks {
             tokio::spawn(acks::run(Arc::downgrade(&live), acks));
         }

@@ -18,6 +18,7 @@ mod observe;
 mod policy;
 mod quarantine;
 mod queue;
+mod requests;
 mod schedule;
 mod server;
 mod stats;
@@ -187,6 +188,7 @@ impl<DB: Backend> Runner<DB> {
         let server = form::measure_server(&self.pool, &clock).await?;
         for (config, _) in &self.queues {
             server::check_engine(server.engine, config)?;
+            requests::check(&self.pool, config).await?;
         }
         let ticks = self.check_schedules().await?;
         let mut ready = Vec::with_capacity(self.queues.len());
@@ -219,7 +221,13 @@ impl<DB: Backend> Runner<DB> {
         let mut background = Vec::new();
         let mut channels: Vec<(String, String)> = ready
             .iter()
-            .filter(|(config, _, _)| config.listen_notify)
+            // Cancel requests are notified on the table's channel too (none behind a pooler in
+            // transaction mode: the runner reads them at its poll interval).
+            .filter(|(config, _, _)| {
+                config.listen_notify
+                    || (config.table.cancel_requests.is_some()
+                        && config.table.pooler != Pooler::Transaction)
+            })
             .filter_map(|(config, identity, _)| {
                 Some((identity.channel.clone()?, config.table.name.clone()))
             })

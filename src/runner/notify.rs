@@ -1,5 +1,6 @@
 //! Wake-ups across processes on PostgreSQL: a dedicated connection listens on the tables'
-//! channels, and each notification wakes the queues of its table and group in this process.
+//! channels, and each notification wakes the queues of its table and group in this process — or,
+//! a cancel request's, cancels the delivery in work it names (`requests`).
 
 use std::time::Duration;
 
@@ -35,7 +36,9 @@ pub(super) async fn relay(
                     .iter()
                     .find(|(listened, _)| *listened == channel)
                     .map(|(_, table)| table);
-                if let Some(table) = table {
+                if let Some(table) = table
+                    && !super::requests::notified(table, &payload)
+                {
                     let group = Some(payload.as_str()).filter(|group| !group.is_empty());
                     wake(table, group);
                 }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::acks::Ack;
 use super::observe::Observe;
 use super::quarantine::Quarantine;
+use super::requests::Requests;
 use super::stats::Counters;
 use crate::backend::{Backend, Clock};
 use crate::config::QueueConfig;
@@ -88,6 +89,8 @@ pub(super) struct Live<DB: Backend, F: Form<DB>> {
     pub(super) cancelled_unreleased: AtomicU64,
     /// Keys released by deliveries that ended after the runner began to stop (advisory form).
     pub(super) unlocked_after_stop: AtomicU64,
+    /// The deliveries in work, and the cancel requests read for them.
+    pub(super) requests: Arc<Requests>,
 }
 
 impl<DB: Backend, F: Form<DB>> Live<DB, F> {
@@ -136,6 +139,7 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             cancelled_released: AtomicU64::new(0),
             cancelled_unreleased: AtomicU64::new(0),
             unlocked_after_stop: AtomicU64::new(0),
+            requests: Requests::new::<DB>(config),
         };
         (live, acks_rx)
     }

@@ -72,12 +72,7 @@ impl Keys {
     }
 }
 
-/// The 32-bit FNV-1a hash: stable across processes, versions and platforms.
-pub(crate) fn fnv1a_32(text: &str) -> u32 {
-    text.bytes().fold(0x811c_9dc5, |hash: u32, byte| {
-        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
-    })
-}
+pub(crate) use crate::dialect::fnv1a_32;
 
 fn fnv1a_64(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {

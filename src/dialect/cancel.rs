@@ -1,0 +1,369 @@
+//! The statements of a cancellation by the table (no queue mounted): the removal of a job not in
+//! work, and what tells a job in work apart.
+//!
+//! A job is in work when a lease column the table declares holds a live lease, or (PostgreSQL,
+//! MySQL/MariaDB, a table without one) when a row lock claim's transaction holds its row, or,
+//! where the table declares its cancel requests' table, when a runner holds its advisory key
+//! (taken for the cancellation's transaction when free: PostgreSQL `pg_try_advisory_xact_lock`,
+//! MySQL/MariaDB `GET_LOCK`, released after the removal). A job in work on those forms gets a
+//! request, which its runner reads (and, PostgreSQL, is notified of at commit).
+//! PostgreSQL and SQLite remove the row first and return whether it was leased; MySQL/MariaDB,
+//! which has no `RETURNING`, locks the row first and reads it, then removes it in the same
+//! transaction. On a leased row the removal is what takes the lease away: its holder's renewal
+//! and settlement, guarded by its token, find none.
+
+use super::common::as_i64;
+use super::{Dialect, Names, Slot, SqlWriter, Stmt};
+
+/// The statements of [`Table::cancel`](crate::Table::cancel) on one table.
+#[derive(Debug)]
+pub(crate) struct CancelSql {
+    /// MySQL/MariaDB: the locking read of row `id` unfinished, returning whether it is leased;
+    /// passed over (no row) when a row lock claim holds it, on a table without a lease column.
+    pub(crate) probe: Option<Stmt>,
+    /// The removal of row `id` unfinished — deleted, or marked `processed_at` — where no row lock
+    /// claim holds it; PostgreSQL and SQLite return whether it was leased.
+    pub(crate) remove: Stmt,
+    /// Where a marked row keeps its lease column: the lease's removal, after `remove`.
+    pub(crate) unlease: Option<Stmt>,
+    /// Whether row `id` is there unfinished: asked when `remove` found none, whose row a claim
+    /// may hold.
+    pub(crate) exists: Stmt,
+    /// The unfinished row holding a unique key, on a table with one.
+    pub(crate) by_key: Option<Stmt>,
+    /// MySQL/MariaDB, where `probe` took the row's advisory key: its release.
+    pub(crate) release: Option<Stmt>,
+    /// The request for a job in work, where the table has a cancel requests' table (one there
+    /// already is kept).
+    pub(crate) request: Option<Stmt>,
+    /// PostgreSQL, with `request`: the notification on the table's channel, sent at commit.
+    pub(crate) notify: Option<Stmt>,
+    /// Whether the statements bind the table's advisory keys (`KeyClass`, `KeyPrefix`).
+    pub(crate) keys: bool,
+}
+
+/// The notification payload of a cancel request: this prefix, then the job's id (a wake-up's
+/// payload is a group name, which this control character does not begin).
+pub(crate) const CANCEL_NOTICE: &str = "\u{1}cancel ";
+
+/// The statements of a runner whose table has a cancel requests' table.
+#[derive(Debug)]
+pub(crate) struct RequestSql {
+    /// The ids among `REQUESTED_IDS` ids in work (`IdAt`) that have a request.
+    pub(crate) requested: Stmt,
+    /// The removal of row `id`'s request, once its delivery ended.
+    pub(crate) forget: Stmt,
+}
+
+/// How many ids one read of requests asks about (a shorter list repeats its last id).
+pub(crate) const REQUESTED_IDS: u16 = 16;
+
+/// Renders a runner's statements of cancel requests, where the table has their table.
+pub(crate) fn requests(n: &Names) -> Option<RequestSql> {
+    let requests = n.cancel_requests.as_ref()?;
+    let mut w = n.writer();
+    w.push("SELECT ");
+    as_i64(&mut w, "id");
+    w.push(" FROM ").push(requests).push(" WHERE id IN (");
+    for i in 0..REQUESTED_IDS {
+        if i > 0 {
+            w.push(", ");
+        }
+        w.param(Slot::IdAt(i));
+    }
+    w.push(")");
+    let requested = w.finish();
+    let mut w = n.writer();
+    w.push("DELETE FROM ")
+        .push(requests)
+        .push(" WHERE id = ")
+        .param(Slot::Id);
+    Some(RequestSql {
+        requested,
+        forget: w.finish(),
+    })
+}
+
+/// Renders the cancellation's statements for table `n` (of [`Names::of_table`]).
+pub(crate) fn cancel(n: &Names) -> CancelSql {
+    // Held by an advisory lock: asked where cancel requests can be recorded.
+    let keys =
+        n.cancel_requests.is_some() && n.table_lease.is_none() && n.dialect != Dialect::Sqlite;
+    let probe = (n.dialect == Dialect::MySql).then(|| {
+        let mut w = n.writer();
+        w.push("SELECT ");
+        leased(&mut w, n);
+        if keys {
+            w.push(", CAST((");
+            super::mysql::try_lock_of(&mut w, &n.id);
+            w.push(") AS SIGNED)");
+        }
+        w.push(" FROM ").push(&n.table);
+        by_id(&mut w, n);
+        w.push(if n.table_lease.is_some() {
+            " FOR UPDATE"
+        } else {
+            " FOR UPDATE SKIP LOCKED"
+        });
+        w.finish()
+    });
+    let mut w = n.writer();
+    match &n.processed_at {
+        Some(processed_at) => {
+            w.push("UPDATE ")
+                .push(&n.table)
+                .push(" SET ")
+                .push(processed_at)
+                .push(" = ")
+                .param(Slot::Now);
+            // MySQL/MariaDB has no partial index: a finished row frees its unique key by losing it.
+            if let (Dialect::MySql, Some(key)) = (n.dialect, &n.unique_key) {
+                w.push(", ").push(key).push(" = NULL");
+            }
+        }
+        None => {
+            w.push("DELETE FROM ").push(&n.table);
+        }
+    }
+    by_id(&mut w, n);
+    if n.dialect == Dialect::Postgres && n.table_lease.is_none() {
+        w.push(" AND ")
+            .push(&n.id)
+            .push(" IN (SELECT ")
+            .push(&n.id)
+            .push(" FROM ")
+            .push(&n.table)
+            .push(" WHERE ")
+            .push(&n.id)
+            .push(" = ")
+            .param(Slot::Id)
+            .push(" FOR UPDATE SKIP LOCKED)");
+        if keys {
+            w.push(" AND CASE WHEN ")
+                .push(&n.id)
+                .push(" = ")
+                .param(Slot::Id)
+                .push(" THEN ");
+            super::postgres::try_xact_lock_of(&mut w, &n.id);
+            w.push(" ELSE false END");
+        }
+    }
+    if n.dialect != Dialect::MySql {
+        w.push(" RETURNING ");
+        leased(&mut w, n);
+    }
+    let remove = w.finish();
+    let unlease = match (&n.processed_at, &n.table_lease) {
+        (Some(_), Some(lease)) => {
+            let mut w = n.writer();
+            w.push("UPDATE ")
+                .push(&n.table)
+                .push(" SET ")
+                .push(lease)
+                .push(" = NULL WHERE ")
+                .push(&n.id)
+                .push(" = ")
+                .param(Slot::Id);
+            Some(w.finish())
+        }
+        _ => None,
+    };
+    let mut w = n.writer();
+    w.push("SELECT ");
+    as_i64(&mut w, &n.id);
+    w.push(" FROM ").push(&n.table);
+    by_id(&mut w, n);
+    let exists = w.finish();
+    let by_key = n.unique_key.as_ref().map(|key| {
+        let mut w = n.writer();
+        w.push("SELECT ");
+        as_i64(&mut w, &n.id);
+        w.push(" FROM ")
+            .push(&n.table)
+            .push(" WHERE ")
+            .push(key)
+            .push(" = ")
+            .param(Slot::UniqueKey);
+        unfinished(&mut w, n);
+        w.finish()
+    });
+    let release = (keys && n.dialect == Dialect::MySql).then(|| {
+        let mut w = n.writer();
+        w.push("SELECT ");
+        super::mysql::release_of(&mut w, "r.id");
+        w.push(" FROM (SELECT CAST(")
+            .param(Slot::Id)
+            .push(" AS SIGNED) AS id) AS r");
+        w.finish()
+    });
+    let request = n.cancel_requests.as_ref().map(|requests| {
+        let mut w = n.writer();
+        w.push(match n.dialect {
+            Dialect::MySql => "INSERT IGNORE INTO ",
+            Dialect::Sqlite => "INSERT OR IGNORE INTO ",
+            Dialect::Postgres => "INSERT INTO ",
+        })
+        .push(requests)
+        .push(" (id) VALUES (")
+        .param(Slot::Id)
+        .push(")");
+        if n.dialect == Dialect::Postgres {
+            w.push(" ON CONFLICT DO NOTHING");
+        }
+        w.finish()
+    });
+    let notify = (request.is_some() && n.dialect == Dialect::Postgres).then(|| {
+        let mut w = n.writer();
+        w.push("SELECT pg_notify(");
+        super::postgres::channel(&mut w, Slot::NotifyTable);
+        w.push(", ").param(Slot::NotifyPayload).push(")");
+        w.finish()
+    });
+    CancelSql {
+        probe,
+        remove,
+        unlease,
+        exists,
+        by_key,
+        release,
+        request,
+        notify,
+        keys,
+    }
+}
+
+/// ` WHERE id = ?[ AND processed_at IS NULL]`.
+fn by_id(w: &mut SqlWriter, n: &Names) {
+    w.push(" WHERE ").push(&n.id).push(" = ").param(Slot::Id);
+    unfinished(w, n);
+}
+
+fn unfinished(w: &mut SqlWriter, n: &Names) {
+    if let Some(processed_at) = &n.processed_at {
+        w.push(" AND ").push(processed_at).push(" IS NULL");
+    }
+}
+
+/// 1 when the row holds a live lease, else 0 (always 0 on a table without a lease column), a
+/// 64-bit integer.
+fn leased(w: &mut SqlWriter, n: &Names) {
+    let (open, close) = match n.dialect {
+        Dialect::Postgres => ("CAST(", " AS BIGINT)"),
+        Dialect::MySql => ("CAST(", " AS SIGNED)"),
+        Dialect::Sqlite => ("", ""),
+    };
+    w.push(open);
+    match &n.table_lease {
+        Some(lease) => {
+            w.push("CASE WHEN ")
+                .push(lease)
+                .push(" >= ")
+                .param(Slot::Now)
+                .push(" THEN 1 ELSE 0 END");
+        }
+        None => {
+            w.push("0");
+        }
+    }
+    w.push(close);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::Table;
+
+    fn names(dialect: Dialect, table: &Table) -> Names {
+        Names::of_table(dialect, table).unwrap()
+    }
+
+    #[test]
+    fn a_leased_row_is_removed_and_said_leased() {
+        let t = Table::new("jobs").lease("until");
+        let pg = cancel(&names(Dialect::Postgres, &t));
+        assert!(pg.probe.is_none() && pg.unlease.is_none());
+        assert_eq!(
+            pg.remove.text(),
+            r#"DELETE FROM "jobs" WHERE "id" = $1 RETURNING CAST(CASE WHEN "until" >= $2 THEN 1 ELSE 0 END AS BIGINT)"#
+        );
+        let marked = t.processed_at("done");
+        let lite = cancel(&names(Dialect::Sqlite, &marked));
+        assert_eq!(
+            lite.remove.text(),
+            "UPDATE `jobs` SET `done` = ? WHERE `id` = ? AND `done` IS NULL RETURNING CASE WHEN `until` >= ? THEN 1 ELSE 0 END"
+        );
+        assert_eq!(
+            lite.unlease.unwrap().text(),
+            "UPDATE `jobs` SET `until` = NULL WHERE `id` = ?"
+        );
+        let my = cancel(&names(Dialect::MySql, &marked));
+        assert_eq!(
+            my.probe.unwrap().text(),
+            "SELECT CAST(CASE WHEN `until` >= ? THEN 1 ELSE 0 END AS SIGNED) FROM `jobs` WHERE `id` = ? AND `done` IS NULL FOR UPDATE"
+        );
+        assert_eq!(
+            my.remove.text(),
+            "UPDATE `jobs` SET `done` = ? WHERE `id` = ? AND `done` IS NULL"
+        );
+    }
+
+    #[test]
+    fn a_row_a_claim_locks_is_passed_over() {
+        let t = Table::new("jobs").unique_key("k");
+        let pg = cancel(&names(Dialect::Postgres, &t));
+        assert_eq!(
+            pg.remove.text(),
+            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 FOR UPDATE SKIP LOCKED) RETURNING CAST(0 AS BIGINT)"#
+        );
+        assert_eq!(
+            pg.by_key.unwrap().text(),
+            r#"SELECT CAST("id" AS BIGINT) FROM "jobs" WHERE "k" = $1"#
+        );
+        let my = cancel(&names(Dialect::MySql, &t));
+        assert_eq!(
+            my.probe.unwrap().text(),
+            "SELECT CAST(0 AS SIGNED) FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED"
+        );
+    }
+
+    #[test]
+    fn a_row_an_advisory_lock_holds_is_passed_over_and_requested() {
+        let t = Table::new("jobs").cancel_requests("jobs_cancels");
+        let pg = cancel(&names(Dialect::Postgres, &t));
+        assert!(pg.keys);
+        assert_eq!(
+            pg.remove.text(),
+            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 FOR UPDATE SKIP LOCKED) AND CASE WHEN "id" = $3 THEN pg_try_advisory_xact_lock(((CAST($4 AS BIGINT) << 32) | (CAST("id" AS BIGINT) & 4294967295))) ELSE false END RETURNING CAST(0 AS BIGINT)"#
+        );
+        assert_eq!(
+            pg.request.unwrap().text(),
+            r#"INSERT INTO "jobs_cancels" (id) VALUES ($1) ON CONFLICT DO NOTHING"#
+        );
+        let my = cancel(&names(Dialect::MySql, &t));
+        assert_eq!(
+            my.probe.unwrap().text(),
+            "SELECT CAST(0 AS SIGNED), CAST((GET_LOCK(IF(CHAR_LENGTH(CONCAT(?, `id`)) > 64, CONCAT('sqlxq:', MD5(CONCAT(?, `id`))), CONCAT(?, `id`)), 0) = 1) AS SIGNED) FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED"
+        );
+        assert_eq!(
+            my.release.unwrap().text(),
+            "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(CONCAT(?, r.id)) > 64, CONCAT('sqlxq:', MD5(CONCAT(?, r.id))), CONCAT(?, r.id))) FROM (SELECT CAST(? AS SIGNED) AS id) AS r"
+        );
+        let lite = cancel(&names(Dialect::Sqlite, &t));
+        assert!(!lite.keys);
+        assert_eq!(
+            lite.request.unwrap().text(),
+            "INSERT OR IGNORE INTO `jobs_cancels` (id) VALUES (?)"
+        );
+        let runner = requests(&names(Dialect::Sqlite, &t)).unwrap();
+        assert!(
+            runner
+                .requested
+                .text()
+                .starts_with("SELECT id FROM `jobs_cancels` WHERE id IN (?, ?, ")
+        );
+        assert_eq!(
+            runner.forget.text(),
+            "DELETE FROM `jobs_cancels` WHERE id = ?"
+        );
+    }
+}

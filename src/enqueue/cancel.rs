@@ -1,0 +1,238 @@
+//! Cancelling a job through the table description, on any executor: a job not in work is removed
+//! at once; a leased job in work loses its lease (removed too), which its runner learns at its
+//! next renewal; a job a row lock claim (or an advisory key) holds gets a cancel request, where
+//! the table has their table, which its runner reads — and on PostgreSQL is notified of at
+//! commit.
+//!
+//! Each cancellation is one transaction (a savepoint inside the caller's): the row is removed
+//! where no claim holds it, or locked and read first (MySQL/MariaDB) — never read, then removed
+//! by a statement a claim could come before.
+
+use futures::future::BoxFuture;
+use sqlx::{Acquire, SqlStr};
+
+use super::bound;
+use crate::backend::{self, Backend, Clock};
+use crate::dialect::{self, Args, CANCEL_NOTICE, CancelSql, Names};
+use crate::error::{Error, Result};
+use crate::table::{Dialect, Table};
+
+/// What a cancellation found, and did.
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example(pool: sqlx::SqlitePool) -> sqlx_queue::Result<()> {
+/// use sqlx_queue::{Cancellation, Table};
+///
+/// let jobs = Table::new("jobs").lease("locked_until");
+/// match jobs.cancel(&pool, 42).await? {
+///     Cancellation::Cancelled(id) => println!("job {id} will not run"),
+///     Cancellation::Requested(id) => println!("job {id} is running; its handler is told"),
+///     Cancellation::NotFound => println!("finished already (or never queued)"),
+///     _ => {}
+/// }
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cancellation {
+    /// The job was not in work: its row is deleted (or marked `processed_at`), and it will not
+    /// be delivered.
+    Cancelled(i64),
+    /// The job is in work. On a table with a [lease column](Table::lease) its lease is taken
+    /// away — the row is deleted (or marked) already — and its handler's
+    /// [`Delivery::cancelled`](crate::Delivery::cancelled) fires at the runner's next renewal;
+    /// its settlement changes nothing. A row a row lock claim or an advisory key holds gets a
+    /// request where the table has a [cancel requests' table](Table::cancel_requests): its
+    /// runner fires `cancelled()` (PostgreSQL at once, else within its poll interval), and
+    /// removes the row when the handler returns, its writes rolled back. Without that table
+    /// the job runs on to its end.
+    Requested(i64),
+    /// No unfinished job has this id (or key): it finished, was cancelled before, or never was.
+    NotFound,
+}
+
+impl Cancellation {
+    /// The job's id, unless none was found.
+    pub fn id(self) -> Option<i64> {
+        match self {
+            Cancellation::Cancelled(id) | Cancellation::Requested(id) => Some(id),
+            Cancellation::NotFound => None,
+        }
+    }
+}
+
+impl Table {
+    /// Cancels job `id`: removes it at once if it is not in work, else takes its lease away
+    /// (see [`Cancellation`]). Pass a pool, a connection, or the caller's transaction
+    /// (`&mut *tx`): the cancellation then commits, or not, with it.
+    ///
+    /// Which jobs are in work is read from the table: a live lease in its
+    /// [lease column](Table::lease) (declare it: a table without one does not know its leases),
+    /// or, on PostgreSQL and MySQL/MariaDB, a row lock claim's hold on the row, and, where the
+    /// table has a [cancel requests' table](Table::cancel_requests), a runner's advisory key on
+    /// it (passed over: the cancellation never waits for either). The README's "Cancellation"
+    /// says when the handler learns of it, per form and database.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Identifier`] for a name that cannot be quoted; [`Error::Database`].
+    pub fn cancel<'e, 'c: 'e, DB, A>(
+        &'e self,
+        conn: A,
+        id: i64,
+    ) -> BoxFuture<'e, Result<Cancellation>>
+    where
+        DB: Backend,
+        A: Acquire<'c, Database = DB> + Send + 'e,
+    {
+        Box::pin(async move {
+            let names = Names::of_table(DB::DIALECT, self)?;
+            let sql = dialect::cancel(&names);
+            let mut conn = conn.acquire().await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let done = self.cancel_on::<DB>(&mut tx, &names, &sql, id).await?;
+            tx.commit().await?;
+            Ok(done)
+        })
+    }
+
+    /// Cancels the unfinished job that holds unique key `key` (see [`cancel`](Table::cancel));
+    /// [`Cancellation::NotFound`] when no unfinished job holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`cancel`](Table::cancel); [`Error::InvalidJob`] on a table without a
+    /// [unique key column](Table::unique_key).
+    pub fn cancel_unique<'e, 'c: 'e, DB, A>(
+        &'e self,
+        conn: A,
+        key: &'e str,
+    ) -> BoxFuture<'e, Result<Cancellation>>
+    where
+        DB: Backend,
+        A: Acquire<'c, Database = DB> + Send + 'e,
+    {
+        Box::pin(async move {
+            let names = Names::of_table(DB::DIALECT, self)?;
+            let sql = dialect::cancel(&names);
+            let Some(by_key) = &sql.by_key else {
+                return Err(Error::invalid_job(
+                    &self.name,
+                    format!(
+                        "cancel_unique needs a unique key column: declare it with \
+                         `Table::unique_key(..)` on table `{}`",
+                        self.name
+                    ),
+                ));
+            };
+            let mut conn = conn.acquire().await?;
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let args = Args {
+                unique_key: Some(key),
+                ..Args::default()
+            };
+            let done = match backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await? {
+                Some(id) => self.cancel_on::<DB>(&mut tx, &names, &sql, id).await?,
+                None => Cancellation::NotFound,
+            };
+            tx.commit().await?;
+            Ok(done)
+        })
+    }
+}
+
+impl Table {
+    /// Cancels row `id` inside a transaction of `conn`.
+    async fn cancel_on<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        names: &Names,
+        sql: &CancelSql,
+        id: i64,
+    ) -> Result<Cancellation> {
+        let identity = match sql.keys {
+            true => Some(self.identity::<DB>(conn).await?),
+            false => None,
+        };
+        let class = identity.as_deref().map(dialect::fnv1a_32);
+        let prefix = identity.map(|key| format!("{key}:"));
+        let notice = format!("{CANCEL_NOTICE}{id}");
+        let args = Args {
+            id,
+            now: Some(Clock::default().now()),
+            key_class: class.map_or(0, i64::from),
+            key_prefix: prefix.as_deref(),
+            notify_table: Some(&names.table),
+            notify_payload: Some(&notice),
+            ..Args::default()
+        };
+        let leased = match &sql.probe {
+            // MySQL/MariaDB: the row locked and read first (and its advisory key taken, where
+            // asked); no row is a finished one, or one a row lock claim holds.
+            Some(probe) => {
+                let rows = DB::fetch_all(conn, bound::<DB>(probe, &args)).await?;
+                match rows.first() {
+                    None => None,
+                    Some(row) => {
+                        let key_free = !sql.keys || DB::get_i64(row, 1)? == 1;
+                        if key_free {
+                            DB::execute(conn, bound::<DB>(&sql.remove, &args)).await?;
+                        }
+                        if let (true, Some(release)) = (key_free, &sql.release) {
+                            DB::execute(conn, bound::<DB>(release, &args)).await?;
+                        }
+                        key_free.then(|| DB::get_i64(row, 0)).transpose()?
+                    }
+                }
+            }
+            None => backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.remove, &args)).await?,
+        };
+        let Some(leased) = leased else {
+            let held = backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.exists, &args)).await?;
+            if held.is_none() {
+                return Ok(Cancellation::NotFound);
+            }
+            if let Some(request) = &sql.request {
+                DB::execute(conn, bound::<DB>(request, &args)).await?;
+            }
+            if let Some(notify) = &sql.notify {
+                DB::execute(conn, bound::<DB>(notify, &args)).await?;
+            }
+            return Ok(Cancellation::Requested(id));
+        };
+        if let Some(unlease) = &sql.unlease {
+            DB::execute(conn, bound::<DB>(unlease, &args)).await?;
+        }
+        Ok(if leased == 1 {
+            Cancellation::Requested(id)
+        } else {
+            Cancellation::Cancelled(id)
+        })
+    }
+
+    /// What the table's advisory keys are made of, as the catalog resolves its name (see
+    /// `form::catalog::read_identity`): PostgreSQL its resolved name, MySQL/MariaDB
+    /// `database.table`.
+    async fn identity<DB: Backend>(&self, conn: &mut DB::Connection) -> Result<String> {
+        let quoted = DB::DIALECT.quote_table(&self.name)?;
+        let identity = dialect::identity(DB::DIALECT, &self.name, &quoted)?;
+        let query = backend::query::<DB>(SqlStr::from_static(identity.sql), identity.values)
+            .persistent(false);
+        let found = backend::fetch_texts::<DB, 4>(conn, query).await?;
+        let Some([first, second, _, _]) = found.into_iter().next() else {
+            return Err(Error::schema(
+                &self.name,
+                &self.name,
+                None,
+                "the table does not exist",
+            ));
+        };
+        Ok(match DB::DIALECT {
+            Dialect::MySql => format!("{first}.{second}"),
+            _ => first,
+        })
+    }
+}

@@ -1,0 +1,213 @@
+//! Cancel requests for the deliveries in work of a queue whose table has their table
+//! ([`Table::cancel_requests`](crate::Table::cancel_requests)): the row lock and advisory lock
+//! forms hold their rows where a cancellation cannot touch them, so it records a request, which
+//! the runner reads every poll interval for its deliveries in work — and on PostgreSQL is
+//! notified of at once (the table's channel, relayed by `notify`). A requested delivery's
+//! [`cancelled`](crate::Delivery::cancelled) fires; when its handler returns, whatever it
+//! returns, its transaction's writes roll back and its row is removed (`deliver`), and the
+//! request with it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use sqlx::Pool;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::{self, Backend};
+use crate::config::QueueConfig;
+use crate::dialect::{self, Args, Names, REQUESTED_IDS, RequestSql, Stmt};
+use crate::error::{Error, Result};
+
+/// A queue's deliveries in work, by row id, and its table's request statements (none when the
+/// table has no cancel requests' table: then nothing is requested, and nothing read).
+#[derive(Debug)]
+pub(super) struct Requests {
+    table: Box<str>,
+    sql: Option<RequestSql>,
+    in_work: Mutex<HashMap<i64, Arc<InWork>>>,
+}
+
+/// One delivery in work: its cancellation, and whether a request caused it.
+#[derive(Debug, Default)]
+pub(super) struct InWork {
+    pub(super) token: CancellationToken,
+    requested: AtomicBool,
+}
+
+impl InWork {
+    /// Whether the delivery's job was cancelled by a request.
+    pub(super) fn requested(&self) -> bool {
+        self.requested.load(Ordering::Acquire)
+    }
+
+    fn request(&self) {
+        self.requested.store(true, Ordering::Release);
+        self.token.cancel();
+    }
+}
+
+/// The queues notified of requests in this process, by table name as their config gives it.
+static NOTIFIED: Mutex<Vec<(Box<str>, Weak<Requests>)>> = Mutex::new(Vec::new());
+
+impl Requests {
+    /// The requests of a queue of `config`; registered for notifications where it reads them.
+    pub(super) fn new<DB: Backend>(config: &QueueConfig) -> Arc<Self> {
+        let sql = Names::of_queue(DB::DIALECT, config)
+            .ok()
+            .and_then(|names| dialect::cancel_requests(&names));
+        let requests = Arc::new(Requests {
+            table: config.table.name.as_str().into(),
+            sql,
+            in_work: Mutex::new(HashMap::new()),
+        });
+        if requests.sql.is_some() {
+            let mut notified = NOTIFIED.lock().unwrap_or_else(|e| e.into_inner());
+            notified.retain(|(_, queue)| queue.strong_count() > 0);
+            notified.push((requests.table.clone(), Arc::downgrade(&requests)));
+        }
+        requests
+    }
+
+    /// Whether the queue reads requests.
+    pub(super) fn read(&self) -> bool {
+        self.sql.is_some()
+    }
+
+    /// Enters delivery `id` in work until the guard is dropped (where the queue reads requests:
+    /// elsewhere the entry is the delivery's alone).
+    pub(super) fn enter(&self, id: i64) -> Entered<'_> {
+        let entry = Arc::new(InWork::default());
+        if self.read() {
+            self.lock().insert(id, Arc::clone(&entry));
+        }
+        Entered {
+            requests: self,
+            id,
+            entry,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<InWork>>> {
+        self.in_work.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Cancels delivery `id` by request, if it is in work here.
+    fn requested(&self, id: i64) {
+        if let Some(entry) = self.lock().get(&id) {
+            tracing::info!(id, "cancel requested for a delivery in work");
+            entry.request();
+        }
+    }
+
+    /// Removes the request of row `id` once its delivery ended.
+    pub(super) async fn forget<DB: Backend>(&self, pool: &Pool<DB>, id: i64) {
+        let Some(sql) = &self.sql else { return };
+        let args = Args {
+            id,
+            ..Args::default()
+        };
+        let forgot = async {
+            let mut conn = pool.acquire().await?;
+            DB::execute(&mut conn, bound::<DB>(&sql.forget, &args)).await
+        };
+        if let Err(error) = forgot.await {
+            tracing::warn!(%error, id, "could not remove a cancel request");
+        }
+    }
+}
+
+/// A delivery's entry in its queue's deliveries in work.
+#[derive(Debug)]
+pub(super) struct Entered<'a> {
+    requests: &'a Requests,
+    id: i64,
+    pub(super) entry: Arc<InWork>,
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        if self.requests.read() {
+            self.requests.lock().remove(&self.id);
+        }
+    }
+}
+
+/// A notification on a table's channel: `true` when it was a cancel request (relayed to the
+/// queues of `table` in this process), `false` for a wake-up.
+pub(super) fn notified(table: &str, payload: &str) -> bool {
+    let Some(id) = payload.strip_prefix(dialect::CANCEL_NOTICE) else {
+        return false;
+    };
+    let Ok(id) = id.parse::<i64>() else {
+        return true;
+    };
+    let notified = NOTIFIED.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, queue) in notified.iter() {
+        if **name == *table
+            && let Some(queue) = queue.upgrade()
+        {
+            queue.requested(id);
+        }
+    }
+    true
+}
+
+/// Reads the requests for the queue's deliveries in work every `every` until `stop`.
+pub(super) async fn watch<DB: Backend>(
+    requests: Arc<Requests>,
+    pool: Pool<DB>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let Some(sql) = &requests.sql else { return };
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let ids: Vec<i64> = requests.lock().keys().copied().collect();
+        for chunk in ids.chunks(usize::from(REQUESTED_IDS)) {
+            match read::<DB>(&pool, &sql.requested, chunk).await {
+                Ok(found) => found.into_iter().for_each(|id| requests.requested(id)),
+                Err(error) => tracing::warn!(%error, "could not read cancel requests"),
+            }
+        }
+    }
+}
+
+/// Refuses a queue whose cancel requests' table cannot be read, before any claim.
+pub(super) async fn check<DB: Backend>(pool: &Pool<DB>, config: &QueueConfig) -> Result<()> {
+    let Some(sql) = Names::of_queue(DB::DIALECT, config)
+        .ok()
+        .and_then(|names| dialect::cancel_requests(&names))
+    else {
+        return Ok(());
+    };
+    read::<DB>(pool, &sql.requested, &[0])
+        .await
+        .map(drop)
+        .map_err(|error| {
+            let table = config.table.cancel_requests.as_deref().unwrap_or_default();
+            Error::schema(
+                config.label(),
+                table,
+                Some("id"),
+                format!("the cancel requests' table cannot be read: {error}"),
+            )
+        })
+}
+
+async fn read<DB: Backend>(pool: &Pool<DB>, stmt: &Stmt, ids: &[i64]) -> sqlx::Result<Vec<i64>> {
+    let args = Args {
+        ids,
+        ..Args::default()
+    };
+    let mut conn = pool.acquire().await?;
+    backend::fetch_i64s::<DB>(&mut conn, bound::<DB>(stmt, &args)).await
+}
+
+fn bound<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> backend::Q<DB> {
+    backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
+}
