@@ -37,7 +37,7 @@ pub(crate) use instantiate;
 mod examples;
 mod support;
 
-mod advisory_attempts;
+mod advisory_give_back;
 mod advisory_keys;
 mod ahead;
 mod attempts;
@@ -96,7 +96,7 @@ macro_rules! per_database {
             modules!($ty:
                 lease, runner, enqueue, schema, docs, order, notify, explain, isolation, payload,
                 rows, identity, dead_table, custom_sql, refusals, unique, unique_bulk, unique_races,
-                unique_readme, ahead, upkeep, advisory_attempts, advisory_keys,
+                unique_readme, ahead, upkeep, advisory_give_back, advisory_keys,
             );
             modules!($ty:
                 advisory => held(AdvisoryForm),

@@ -11,7 +11,7 @@ use crate::support::{Ctx, Spec, TestDb, recv};
 /// database's module).
 macro_rules! tests {
     ($db:ty) => {
-        crate::instantiate!(advisory_attempts<$db>:
+        crate::instantiate!(advisory_give_back<$db>:
             a_claim_failing_on_one_row_counts_no_attempt_of_the_others,
             a_batch_claim_failing_on_one_row_counts_no_attempt_of_the_others,
         );
