@@ -117,7 +117,10 @@ pub(crate) async fn three_runners_keep_to_two_hundred_a_second<DB: TestDb>() {
     let starts = starts.lock().unwrap().clone();
     let mut per_second = [0_usize; 5];
     for at in &starts {
-        if let Some(n) = per_second.get_mut(at.as_secs() as usize) {
+        if let Some(n) = usize::try_from(at.as_secs())
+            .ok()
+            .and_then(|second| per_second.get_mut(second))
+        {
             *n += 1;
         }
     }
