@@ -12,7 +12,7 @@ use crate::support::{AdvisoryForm, Ctx, Form, RowLockForm, Spec, TestDb, report,
 type Starts = Arc<Mutex<Vec<Duration>>>;
 
 /// `CREATE TABLE` of a limiter table on `DB` (the README's DDL).
-fn limits_ddl<DB: TestDb>(name: &str) -> String {
+pub(crate) fn limits_ddl<DB: TestDb>(name: &str) -> String {
     match DB::LABEL {
         "sqlite" => format!(
             "CREATE TABLE {name} (name TEXT PRIMARY KEY, tokens REAL NOT NULL, \
@@ -37,7 +37,7 @@ async fn tables<DB: TestDb>(ctx: &mut Ctx<DB>) -> (String, String) {
     (t, l)
 }
 
-async fn enqueue<DB: TestDb>(ctx: &Ctx<DB>, t: &str, n: usize) {
+pub(crate) async fn enqueue<DB: TestDb>(ctx: &Ctx<DB>, t: &str, n: usize) {
     let payloads: Vec<String> = (0..n).map(|i| format!("job {i}")).collect();
     for chunk in payloads.chunks(500) {
         let jobs: Vec<Job<'_>> = chunk.iter().map(Job::new).collect();
@@ -60,7 +60,7 @@ fn recording<DB: TestDb>(
 }
 
 /// The most starts within any stretch of `window`.
-fn most_within(starts: &[Duration], window: Duration) -> usize {
+pub(crate) fn most_within(starts: &[Duration], window: Duration) -> usize {
     let mut starts = starts.to_vec();
     starts.sort();
     let mut most = 0;

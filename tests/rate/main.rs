@@ -8,7 +8,9 @@
 //! seconds (the burst allowed in the first), their throughput within 10 % of the limit; rows
 //! arriving in bursts never start faster than the bucket allows, and a limited queue sleeps
 //! rather than polls (its limiter statements are counted); the row lock and advisory forms
-//! (one claim per worker) keep to the limit too; a limit without a limiter table is refused.
+//! (one claim per worker) keep to the limit too; a limit without a limiter table is refused;
+//! behind PgBouncer in transaction pooling (`pooler`, on `SQLX_QUEUE_PGBOUNCER_URL`) the limiter
+//! works unprepared.
 
 #[allow(
     dead_code,
@@ -19,6 +21,7 @@
 mod support;
 
 mod limits;
+mod pooler;
 
 /// One module per database, with `limits.rs`'s tests on it as `#[tokio::test]`s under their
 /// own names; `postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`.
