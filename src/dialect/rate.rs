@@ -11,9 +11,10 @@
 //! The grant binds the queue's key, then the tokens wanted; it returns the tokens granted and
 //! the tokens left, in millionths. PostgreSQL and SQLite grant in one `INSERT .. ON CONFLICT ..
 //! DO UPDATE .. RETURNING`; MySQL/MariaDB, without `RETURNING`, in one transaction of an
-//! `INSERT .. ON DUPLICATE KEY UPDATE` (whose assignments run in order: `granted` first, then
-//! `tokens` from it, then `refilled_at`) and a `SELECT` of what it wrote. The give-back binds
-//! the tokens given back, then the key.
+//! `INSERT .. ON DUPLICATE KEY UPDATE` (whose assignments run in order, each seeing those
+//! before: `refilled_at` comes last, and no assignment reads a column assigned before it) and a
+//! `SELECT` of what it wrote; its placeholders are positional, so the tokens wanted are bound
+//! twice ([`RateStatements::wants`]). The give-back binds the tokens given back, then the key.
 
 use crate::config::RateLimit;
 use crate::error::Result;
@@ -24,6 +25,8 @@ use crate::table::Dialect;
 pub(crate) struct RateStatements {
     /// The grant: one statement, or (MySQL/MariaDB) the upsert then the read, in a transaction.
     pub(crate) grant: Vec<String>,
+    /// How many times the grant's upsert binds the tokens wanted, after the key.
+    pub(crate) wants: usize,
     /// Gives unused tokens back, the bucket still capped at its burst.
     pub(crate) give_back: String,
 }
@@ -113,10 +116,12 @@ pub(crate) fn statements(
     };
     let grant = match dialect {
         Dialect::MySql => vec![
-            // Assignments run in order here: `granted` is the new value in `tokens`'s.
+            // MySQL/MariaDB run the assignments in order, each seeing those before it: each
+            // reads only columns assigned after it (`refilled_at` last), so they mean what they
+            // would read all at once.
             format!(
                 "{insert} ON DUPLICATE KEY UPDATE {granted} = {granting}, \
-                 {tokens} = {available} - {granted}, {at} = {later}"
+                 {tokens} = {available} - {granting}, {at} = {later}"
             ),
             format!(
                 "SELECT {granted}, {} FROM {table} WHERE {name} = ?",
@@ -138,7 +143,12 @@ pub(crate) fn statements(
         "UPDATE {table} SET {tokens} = {} WHERE {name} = {key}",
         least(dialect, &burst, &format!("{tokens} + {back}"))
     );
-    Ok(RateStatements { grant, give_back })
+    let wants = if dialect == Dialect::MySql { 2 } else { 1 };
+    Ok(RateStatements {
+        grant,
+        wants,
+        give_back,
+    })
 }
 
 #[cfg(test)]
@@ -184,8 +194,7 @@ mod tests {
             "ON DUPLICATE KEY UPDATE `granted` = CAST(LEAST(?, FLOOR(LEAST(200.0, `tokens` + \
              GREATEST(0, UNIX_TIMESTAMP(NOW(6)) - `refilled_at`) * 200.0))) AS SIGNED), \
              `tokens` = LEAST(200.0, `tokens` + GREATEST(0, UNIX_TIMESTAMP(NOW(6)) - \
-             `refilled_at`) * 200.0) - `granted`, `refilled_at` = GREATEST(`refilled_at`, \
-             UNIX_TIMESTAMP(NOW(6)))"
+             `refilled_at`) * 200.0) - CAST(LEAST(?, FLOOR("
         ));
         assert_eq!(
             s.grant[1],

@@ -76,23 +76,19 @@ impl<DB: Backend> Limiter<DB> {
         let want = i64::try_from(want).unwrap_or(i64::MAX);
         let key = Value::Text(Some(&self.key));
         let in_transaction = self.sql.grant.len() > 1 || self.unprepared;
+        let upsert: Vec<Value<'_>> = std::iter::once(key)
+            .chain(std::iter::repeat_n(Value::I64(want), self.sql.wants))
+            .collect();
         if !in_transaction {
-            let rows = DB::fetch_all(
-                conn,
-                self.query(&self.sql.grant[0], [key, Value::I64(want)]),
-            );
+            let rows = DB::fetch_all(conn, self.query(&self.sql.grant[0], upsert));
             return read::<DB>(&rows.await?);
         }
         DB::TransactionManager::begin(conn, None).await?;
         let granted = async {
             let mut rows = Vec::new();
             for (i, sql) in self.sql.grant.iter().enumerate() {
-                // The upsert binds the key and the tokens wanted; MySQL's read after it, the key.
-                let values = if i == 0 {
-                    vec![key, Value::I64(want)]
-                } else {
-                    vec![key]
-                };
+                // MySQL's read after the upsert binds the key.
+                let values = if i == 0 { upsert.clone() } else { vec![key] };
                 rows = DB::fetch_all(conn, self.query(sql, values)).await?;
             }
             read::<DB>(&rows)

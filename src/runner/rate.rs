@@ -92,6 +92,11 @@ impl<DB: Backend> Gate<DB> {
         if n == 0 {
             return;
         }
+        // The tokens back in the bucket: the next ask need not wait for more (unless one waits
+        // already, its wait computed before).
+        if let Ok(mut next) = self.next.try_lock() {
+            *next = None;
+        }
         q.stats().rate_statements.fetch_add(1, Ordering::Relaxed);
         let given = on_conn(&q.conns, async |conn| self.limiter.give_back(conn, n).await);
         if let Err(error) = given.await {

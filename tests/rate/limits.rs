@@ -155,8 +155,9 @@ pub(crate) async fn three_runners_keep_to_two_hundred_a_second<DB: TestDb>() {
 
 /// Two runners of batches of five (lease form) under `rate_limit(50, 1 s)` with a burst of 5
 /// get 60 rows at once, three times, 1.5 s apart: no stretch of a second starts more than the
-/// bucket allows (5 + 50, and 2 more for a start recorded on this host rather than the
-/// database's clock), nor any 200 ms more than 5 + 10 + 2; and the limiter ran about one
+/// bucket allows (5 + 50, and 3 more for a start recorded by the handler on this host, some
+/// milliseconds after its grant on the database's clock), nor any 200 ms more than 5 + 10 + 3;
+/// and the limiter ran about one
 /// statement per batch (a busy poll would run thousands).
 pub(crate) async fn bursts_of_rows_never_exceed_the_bucket_and_nothing_polls<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
@@ -213,8 +214,8 @@ pub(crate) async fn bursts_of_rows_never_exceed_the_bucket_and_nothing_polls<DB:
         starts.len()
     ));
     assert_eq!(starts.len(), 180);
-    assert!(second <= 57, "{second} starts within a second");
-    assert!(fifth <= 17, "{fifth} starts within 200 ms");
+    assert!(second <= 58, "{second} starts within a second");
+    assert!(fifth <= 18, "{fifth} starts within 200 ms");
     assert!(
         statements <= 150,
         "{statements} limiter statements for 36 batches: the queue polls its limiter"
