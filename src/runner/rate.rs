@@ -21,6 +21,9 @@ use crate::form::{Form, on_conn};
 /// How much time's worth of tokens an ask waits to gather once the bucket is empty.
 const GATHER: Duration = Duration::from_millis(100);
 
+/// The longest a claim loop sleeps for tokens before it asks again (a limit of one a day).
+const LONGEST_WAIT: Duration = Duration::from_secs(3600);
+
 /// A queue's limiter, shared by its claim loops.
 #[derive(Debug)]
 pub(super) struct Gate<DB> {
@@ -84,7 +87,8 @@ impl<DB: Backend> Gate<DB> {
             .min(f64::from(limit.burst))
             .min((rate * GATHER.as_secs_f64()).floor())
             .max(1.0);
-        Duration::from_secs_f64(((gather - left) / rate).max(0.0))
+        // A wait of more than the longest is cut short: the ask then finds how long remains.
+        Duration::from_secs_f64(((gather - left) / rate).clamp(0.0, LONGEST_WAIT.as_secs_f64()))
     }
 
     /// Gives back the tokens of `n` rows a claim did not take.
@@ -121,5 +125,38 @@ pub(super) async fn tokens<DB: Backend, F: Form<DB>>(
 pub(super) async fn unused<DB: Backend, F: Form<DB>>(q: &Live<DB, F>, granted: usize, got: usize) {
     if let Some(gate) = &q.rate {
         gate.give_back(q, granted.saturating_sub(got)).await;
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests {
+    use super::*;
+    use crate::config::{FormKind, QueueConfig, RateLimit};
+    use crate::table::Table;
+
+    fn gate(n: u32, per: Duration, burst: u32) -> Gate<sqlx::Sqlite> {
+        let mut config =
+            QueueConfig::new(Table::new("jobs").limits("job_limits"), FormKind::Advisory);
+        config.rate = Some(RateLimit { n, per, burst });
+        Gate::new(Limiter::new(&config).unwrap().expect("a limiter"))
+    }
+
+    #[test]
+    fn an_empty_bucket_waits_for_the_tokens_of_a_claim_at_most_a_tenth_of_a_second_of_them() {
+        let g = gate(200, Duration::from_secs(1), 200);
+        // 8 tokens wanted, half a token left: 7.5 tokens at 200 a second.
+        assert_eq!(g.due(8, 0.5), Duration::from_micros(37_500));
+        // 100 wanted: the tokens of 100 ms (20), less the one left.
+        assert_eq!(g.due(100, 1.0), Duration::from_millis(95));
+        assert_eq!(g.due(1, 0.25), Duration::from_micros(3750));
+        assert_eq!(g.due(1, 1.5), Duration::ZERO, "a token is there");
+    }
+
+    #[test]
+    fn a_slow_limit_waits_for_one_token_and_at_most_an_hour() {
+        let g = gate(1, Duration::from_secs(60), 1);
+        assert_eq!(g.due(8, 0.5), Duration::from_secs(30));
+        let g = gate(1, Duration::from_secs(86_400 * 365), 1);
+        assert_eq!(g.due(1, 0.0), LONGEST_WAIT);
     }
 }
