@@ -65,6 +65,27 @@ pub enum SqliteMode {
     Exclusive,
 }
 
+/// A queue's rate limit ([`Queue::rate_limit`](crate::Queue::rate_limit)): `n` deliveries
+/// started per `per`, from a bucket of at most `burst` tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RateLimit {
+    pub(crate) n: u32,
+    pub(crate) per: Duration,
+    pub(crate) burst: u32,
+}
+
+impl RateLimit {
+    /// `n` per `per`, with a burst of `n`.
+    pub(crate) fn new(n: u32, per: Duration) -> Self {
+        RateLimit { n, per, burst: n }
+    }
+
+    /// Tokens refilled per second.
+    pub(crate) fn per_second(&self) -> f64 {
+        f64::from(self.n) / self.per.as_secs_f64()
+    }
+}
+
 /// The claim form of a mounted queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormKind {
@@ -91,6 +112,7 @@ pub struct QueueConfig {
     pub(crate) sqlite_mode: Option<SqliteMode>,
     pub(crate) fifo: bool,
     pub(crate) listen_notify: bool,
+    pub(crate) rate: Option<RateLimit>,
 }
 
 impl QueueConfig {
@@ -110,6 +132,7 @@ impl QueueConfig {
             sqlite_mode: None,
             fifo: false,
             listen_notify: false,
+            rate: None,
         }
     }
 
@@ -141,6 +164,8 @@ impl QueueConfig {
     /// handler would start on a row another runner may take).
     pub(crate) fn ahead_per_worker(&self) -> usize {
         match (&self.form, &self.table.priority) {
+            // A rate limit's token is a start: a row claimed ahead could start later, in a burst.
+            _ if self.rate.is_some() => 0,
             (FormKind::Lease { .. }, None) => AHEAD_PER_WORKER,
             _ => 0,
         }
@@ -195,6 +220,16 @@ impl QueueConfig {
             ));
         }
         self.check_unique_key(queue)?;
+        if self.rate.is_some() && self.table.limits.is_none() {
+            return Err(Error::declaration(
+                queue,
+                format!(
+                    "`.rate_limit(..)` keeps its tokens in a limiter table: declare it with \
+                     `Table::new({:?}).limits(\"job_limits\")` (its DDL is in the README)",
+                    self.table.name
+                ),
+            ));
+        }
         if self.fifo && self.table.group.is_none() {
             return Err(Error::declaration(
                 queue,

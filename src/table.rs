@@ -50,6 +50,7 @@ pub struct Table {
     pub(crate) created_at: Option<String>,
     pub(crate) cancel_requests: Option<String>,
     pub(crate) headers: Option<String>,
+    pub(crate) limits: Option<String>,
     pub(crate) notify: bool,
     pub(crate) pooler: Pooler,
 }
@@ -71,6 +72,7 @@ impl Table {
             created_at: None,
             cancel_requests: None,
             headers: None,
+            limits: None,
             notify: false,
             pooler: Pooler::None,
         }
@@ -204,6 +206,23 @@ impl Table {
     /// ```
     pub fn headers(mut self, column: impl Into<String>) -> Self {
         self.headers = Some(column.into());
+        self
+    }
+
+    /// The limiter table of the queues on this table with a
+    /// [`rate_limit`](crate::Queue::rate_limit): one row per queue, its token bucket, which
+    /// every runner's claims take tokens from. Its columns have fixed names; the README gives
+    /// its DDL for each database. Several job tables may share one.
+    ///
+    /// ```
+    /// use sqlx_queue::Table;
+    /// // CREATE TABLE job_limits (name TEXT PRIMARY KEY, tokens DOUBLE PRECISION NOT NULL,
+    /// //   refilled_at DOUBLE PRECISION NOT NULL, granted BIGINT NOT NULL)
+    /// let jobs = Table::new("jobs").limits("job_limits");
+    /// # let _ = jobs;
+    /// ```
+    pub fn limits(mut self, table: impl Into<String>) -> Self {
+        self.limits = Some(table.into());
         self
     }
 

@@ -16,6 +16,7 @@ mod lease;
 mod mysql;
 mod names;
 mod postgres;
+pub(crate) mod rate;
 mod schedule;
 mod sqlite;
 mod stmt;

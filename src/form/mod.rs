@@ -19,6 +19,7 @@ mod dead_table;
 mod exec;
 mod held;
 pub(crate) mod lease;
+pub(crate) mod rate;
 #[cfg(feature = "metrics")]
 mod readiness;
 pub(crate) mod row_lock;

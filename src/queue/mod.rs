@@ -3,12 +3,13 @@
 
 mod handlers;
 mod mount;
+mod rate;
 pub mod state;
 
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crate::config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, SqliteMode};
+use crate::config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, RateLimit, SqliteMode};
 use crate::delivery::Plain;
 use crate::table::{DeadLetter, Table};
 use state::*;
@@ -55,6 +56,7 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     sqlite_mode: Option<SqliteMode>,
     fifo: bool,
     listen_notify: bool,
+    rate: Option<RateLimit>,
     form: F,
     attempt: A,
     cap: C,
@@ -75,6 +77,7 @@ impl Queue {
             sqlite_mode: None,
             fifo: false,
             listen_notify: false,
+            rate: None,
             form: NoForm,
             attempt: NoAttempt,
             cap: NoCap,
@@ -104,6 +107,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
             sqlite_mode: self.sqlite_mode,
             fifo: self.fifo,
             listen_notify: self.listen_notify,
+            rate: self.rate,
             form: form(self.form),
             attempt: attempt(self.attempt),
             cap: cap(self.cap),

@@ -38,6 +38,7 @@ where
         config.sqlite_mode = self.sqlite_mode;
         config.fifo = self.fifo;
         config.listen_notify = self.listen_notify;
+        config.rate = self.rate;
         (config, self.handler)
     }
 }

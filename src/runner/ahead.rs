@@ -170,6 +170,10 @@ where
                 () = ended.notified() => continue,
             }
         }
+        // A rate limit grants up to `want` tokens, waiting while it grants none.
+        let Some(want) = super::rate::tokens(&q, want).await else {
+            break;
+        };
         if permits.num_permits() > want {
             drop(permits.split(permits.num_permits() - want));
         }
@@ -184,6 +188,7 @@ where
             Ok(claimed) => claimed,
             Err(failed) => {
                 drop(permits);
+                super::rate::unused(&q, want, 0).await;
                 if pace.failed(&q, failed).await {
                     continue;
                 }
@@ -192,6 +197,7 @@ where
         };
         let got = claimed.len();
         Counters::add(&q.stats().claimed, got as u64);
+        super::rate::unused(&q, want, got).await;
 
         if q.stopping() {
             for (row, hold) in claimed {

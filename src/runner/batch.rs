@@ -47,10 +47,15 @@ where
         };
         // A batch never waits to be full: it takes what is claimable now.
         let excluded = q.quarantine.excluded();
+        // A rate limit grants a token per row, waiting while it grants none.
+        let Some(size) = super::rate::tokens(&q, size).await else {
+            break;
+        };
         let (rows, batch) = match q.form.claim_batch(&q.conns, size, &excluded).await {
             Ok(claimed) => claimed,
             Err(failed) => {
                 drop(permit);
+                super::rate::unused(&q, size, 0).await;
                 if pace.failed(&q, failed).await {
                     continue;
                 }
@@ -59,6 +64,7 @@ where
         };
         let got = rows.len();
         Counters::add(&q.stats().claimed, got as u64);
+        super::rate::unused(&q, size, got).await;
         let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
         if q.stopping() || got == 0 {
             let back = q.form.release_batch(&q.conns, &ids, batch).await;

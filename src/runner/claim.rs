@@ -189,8 +189,15 @@ where
             while !q.stopping() {
                 // A claim in flight is awaited, and its row released if the runner stopped.
                 let excluded = || q.quarantine.excluded();
+                if super::rate::tokens(&q, 1).await.is_none() {
+                    break;
+                }
                 let claimed = q.form.claim(&q.conns, 1, (index, q.workers), &excluded);
-                let (row, hold) = match claimed.await.map(|mut rows| rows.pop()) {
+                let claimed = claimed.await.map(|mut rows| rows.pop());
+                if !matches!(claimed, Ok(Some(_))) {
+                    super::rate::unused(&q, 1, 0).await;
+                }
+                let (row, hold) = match claimed {
                     Ok(Some(claimed)) => claimed,
                     Ok(None) => {
                         let idle = busy.load(Ordering::Relaxed) == 0;

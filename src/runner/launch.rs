@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 
 use super::queue::{Live, Shared};
+use super::rate::Gate;
 use super::stats::QueueReport;
 use super::{acks, batch, claim};
 use crate::backend::{self, Backend, Clock};
@@ -18,6 +19,7 @@ use crate::error::{Error, Result};
 use crate::form::advisory::AdvisoryForm;
 use crate::form::advisory::grouped::GroupedForm;
 use crate::form::lease::LeaseForm;
+use crate::form::rate::Limiter;
 use crate::form::row_lock::RowLockForm;
 use crate::form::{Form, Identity, Server, check};
 use crate::handler::sealed::Visit;
@@ -142,6 +144,8 @@ struct Ready<DB: Backend, F, K> {
     readiness: crate::form::Readiness<DB>,
     #[cfg(not(feature = "metrics"))]
     readiness: PhantomData<fn() -> DB>,
+    /// Its rate limiter, checked.
+    limiter: Option<Limiter<DB>>,
 }
 
 impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Launch<DB> for Waiting<F, K> {
@@ -168,17 +172,22 @@ impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Launch<DB> for Waiting<F, K> {
                 #[cfg(not(feature = "metrics"))]
                 let readiness = PhantomData;
                 let form = F::prepare(&mut conn, config, checked).await?;
-                Ok::<_, Error>((identity, form, readiness))
+                let limiter = Limiter::new(config)?;
+                if let Some(limiter) = &limiter {
+                    limiter.check(&mut *conn, config.label()).await?;
+                }
+                Ok::<_, Error>((identity, form, readiness, limiter))
             }
             .await;
             if pinned {
                 backend::unpin_checks::<DB>(conn, prepared.is_ok()).await?;
             }
-            let (identity, form, readiness) = prepared?;
+            let (identity, form, readiness, limiter) = prepared?;
             let ready: Box<dyn Spawn<DB>> = Box::new(Ready {
                 kind: self.kind,
                 form,
                 readiness,
+                limiter,
             });
             Ok((identity, ready))
         })
@@ -193,7 +202,8 @@ impl<DB: Backend, F: Form<DB>, K: Serve<DB, F>> Spawn<DB> for Ready<DB, F, K> {
             let stop = shared.stop.clone();
             tokio::spawn(super::observe::gauges(label, self.readiness, every, stop));
         }
-        let (live, acks) = Live::new(config, self.form, shared);
+        let (mut live, acks) = Live::new(config, self.form, shared);
+        live.rate = self.limiter.map(Gate::new);
         let live = Arc::new(live);
         if live.requests.read() {
             let shared = &live.shared;

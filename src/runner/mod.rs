@@ -18,6 +18,7 @@ mod observe;
 mod policy;
 mod quarantine;
 mod queue;
+mod rate;
 mod requests;
 mod schedule;
 mod server;

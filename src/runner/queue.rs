@@ -91,6 +91,8 @@ pub(super) struct Live<DB: Backend, F: Form<DB>> {
     pub(super) unlocked_after_stop: AtomicU64,
     /// The deliveries in work, and the cancel requests read for them.
     pub(super) requests: Arc<Requests>,
+    /// The queue's rate limit, if it has one (set once checked at start).
+    pub(super) rate: Option<super::rate::Gate<DB>>,
 }
 
 impl<DB: Backend, F: Form<DB>> Live<DB, F> {
@@ -140,6 +142,7 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             cancelled_unreleased: AtomicU64::new(0),
             unlocked_after_stop: AtomicU64::new(0),
             requests: Requests::new::<DB>(config),
+            rate: None,
         };
         (live, acks_rx)
     }

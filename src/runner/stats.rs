@@ -69,6 +69,9 @@ pub struct Stats {
     /// by its policy, or reached by this runner only after a later tick (another runner may
     /// have fired those); at most 10,000 at a time.
     pub ticks_missed: u64,
+    /// Statements run by the queues' rate limiters ([`Queue::rate_limit`](crate::Queue::rate_limit)):
+    /// grants of tokens and give-backs of unused ones.
+    pub rate_statements: u64,
 }
 
 /// The runner's counters, shared by its queues.
@@ -88,6 +91,7 @@ pub(crate) struct Counters {
     pub(super) ticks_fired: AtomicU64,
     pub(super) ticks_fired_elsewhere: AtomicU64,
     pub(super) ticks_missed: AtomicU64,
+    pub(super) rate_statements: AtomicU64,
 }
 
 impl Counters {
@@ -110,6 +114,7 @@ impl Counters {
             ticks_fired: get(&self.ticks_fired),
             ticks_fired_elsewhere: get(&self.ticks_fired_elsewhere),
             ticks_missed: get(&self.ticks_missed),
+            rate_statements: get(&self.rate_statements),
         }
     }
 }

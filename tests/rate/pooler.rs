@@ -1,0 +1,100 @@
+//! A rate limit behind a transaction pooler: PgBouncer in `pool_mode = transaction` in front of
+//! the PostgreSQL of `SQLX_QUEUE_PG_URL`, at `SQLX_QUEUE_PGBOUNCER_URL`. The limiter's
+//! statements then run unprepared, each in a transaction of its own.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::Postgres;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx_queue::{Delivery, Outcome, Pooler, Queue, Runner, Table};
+use tokio::time::Instant;
+
+use crate::limits::{enqueue, limits_ddl, most_within};
+use crate::support::{Ctx, Spec, report, unique};
+
+const URL_VAR: &str = "SQLX_QUEUE_PGBOUNCER_URL";
+
+/// A pool through the pooler, or `None` (with a notice) when its URL is not set and not
+/// required.
+async fn pooled(max: u32) -> Option<PgPool> {
+    let url = match std::env::var(URL_VAR) {
+        Ok(url) => url,
+        Err(_) if std::env::var("SQLX_QUEUE_REQUIRE_ALL").as_deref() == Ok("1") => {
+            panic!("{URL_VAR} is not set, and SQLX_QUEUE_REQUIRE_ALL=1 requires every database")
+        }
+        Err(_) => {
+            eprintln!("note: {URL_VAR} is not set: the PgBouncer test is skipped");
+            return None;
+        }
+    };
+    let pool = PgPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(20))
+        .connect(&url)
+        .await
+        .unwrap_or_else(|e| panic!("PgBouncer at {url}: {e}"));
+    Some(pool)
+}
+
+/// Two runners through the pooler under `rate_limit(100, 1 s)`, burst 10, take 200 rows no
+/// faster than the bucket allows (10 + 100 within a second, 3 more for a start recorded on this
+/// host), the last at least 1.8 s after the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_behind_a_transaction_pooler() {
+    let Some(mut ctx) = Ctx::<Postgres>::new().await else {
+        return;
+    };
+    if pooled(1).await.is_none() {
+        return;
+    }
+    let t = ctx.table(Spec::lease()).await;
+    let l = format!("l_{}", unique());
+    ctx.exec(&limits_ddl::<Postgres>(&l)).await;
+    enqueue(&ctx, &t, 200).await;
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let t0 = Instant::now();
+    let mut runners = Vec::new();
+    for _ in 0..2 {
+        let recorded = Arc::clone(&starts);
+        let queue = Queue::table(Table::new(&t).limits(&l))
+            .lease("locked_until")
+            .workers(4)
+            .rate_limit(100, Duration::from_secs(1))
+            .rate_burst(10)
+            .handler(move |_d: Delivery<Postgres>| {
+                recorded.lock().unwrap().push(t0.elapsed());
+                std::future::ready(Outcome::ack())
+            });
+        let pool = pooled(4).await.expect("the pooler");
+        runners.push(
+            Runner::new(pool)
+                .pooler(Pooler::Transaction)
+                .mount(queue)
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    ctx.wait_none(&t, "1 = 1", 20).await;
+    let statements: u64 = runners.iter().map(|r| r.stats().rate_statements).sum();
+    for runner in runners {
+        runner.shutdown().await.unwrap();
+    }
+    let starts = starts.lock().unwrap().clone();
+    let second = most_within(&starts, Duration::from_secs(1));
+    let spread = starts.iter().max().copied().unwrap_or_default()
+        - starts.iter().min().copied().unwrap_or_default();
+    report(&format!(
+        "pgbouncer: 200 rows under rate_limit(100, 1 s) burst 10: at most {second} starts in a \
+         second, {spread:?} from first to last, {statements} limiter statements"
+    ));
+    assert_eq!(starts.len(), 200);
+    assert!(second <= 113, "{second} starts within a second");
+    assert!(
+        spread >= Duration::from_millis(1800),
+        "200 starts within {spread:?}"
+    );
+    ctx.exec(&format!("DROP TABLE {l}")).await;
+    ctx.drop_tables().await;
+}
