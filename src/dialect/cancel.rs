@@ -127,17 +127,7 @@ pub(crate) fn cancel(n: &Names) -> CancelSql {
     }
     by_id(&mut w, n);
     if n.dialect == Dialect::Postgres && n.table_lease.is_none() {
-        w.push(" AND ")
-            .push(&n.id)
-            .push(" IN (SELECT ")
-            .push(&n.id)
-            .push(" FROM ")
-            .push(&n.table)
-            .push(" WHERE ")
-            .push(&n.id)
-            .push(" = ")
-            .param(Slot::Id)
-            .push(" FOR UPDATE SKIP LOCKED)");
+        super::common::unless_row_locked(&mut w, n);
         if keys {
             w.push(" AND CASE WHEN ")
                 .push(&n.id)

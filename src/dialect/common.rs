@@ -120,6 +120,22 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
 }
 
 /// ` ORDER BY`: priority (smaller first), then due time (a row never delayed first), then id.
+/// `AND id IN (SELECT id .. WHERE id = $id FOR UPDATE SKIP LOCKED)` (PostgreSQL): the row, unless
+/// another transaction holds its row lock (a row lock form's delivery), never waited for.
+pub(super) fn unless_row_locked(w: &mut SqlWriter, n: &Names) {
+    w.push(" AND ")
+        .push(&n.id)
+        .push(" IN (SELECT ")
+        .push(&n.id)
+        .push(" FROM ")
+        .push(&n.table)
+        .push(" WHERE ")
+        .push(&n.id)
+        .push(" = ")
+        .param(Slot::Id)
+        .push(" FOR UPDATE SKIP LOCKED)");
+}
+
 pub(super) fn order(w: &mut SqlWriter, n: &Names) {
     w.push(" ORDER BY ");
     if let Some(priority) = &n.priority {

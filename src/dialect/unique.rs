@@ -155,17 +155,7 @@ pub(crate) fn update(n: &Names, change: Change) -> Stmt {
                 .push(")");
         }
         (None, Dialect::Postgres) => {
-            w.push(" AND ")
-                .push(&n.id)
-                .push(" IN (SELECT ")
-                .push(&n.id)
-                .push(" FROM ")
-                .push(&n.table)
-                .push(" WHERE ")
-                .push(&n.id)
-                .push(" = ")
-                .param(Slot::Id)
-                .push(" FOR UPDATE SKIP LOCKED)");
+            super::common::unless_row_locked(&mut w, n);
         }
         (None, Dialect::MySql | Dialect::Sqlite) => {}
     }
