@@ -7,7 +7,8 @@
 //! ```
 //!
 //! - `<database>`: a `postgres://` or `mysql://` URL, or a SQLite file.
-//! - `<form>`: `lease`, `row_lock` or `advisory`.
+//! - `<form>`: `lease`, `row_lock` or `advisory`; or `lease_per_group:<n>`, the lease form on a
+//!   table grouped by its `queue` column with `.per_group(n)` (`1`: FIFO), serving every group.
 //! - `<mode>`:
 //!   - `hang`: each delivery prints `started <id>` and never ends;
 //!   - `work:<ms>`: each delivery prints `started <id>`, works that long, prints `acked <id>` and
@@ -198,6 +199,9 @@ macro_rules! soak_handler {
     }};
 }
 
+/// The prefix of the forms with a per-group limit.
+const PER_GROUP: &str = "lease_per_group:";
+
 /// Gives `$queue` the claim form named `$form`, finishes its chain with `$finish` (which sees the
 /// queue as `$q`), mounts it on `$runner` and starts it.
 macro_rules! start {
@@ -216,6 +220,14 @@ macro_rules! start {
             }
             "advisory" => {
                 let $q = $queue.advisory_lock();
+                $runner.mount($finish).start().await?
+            }
+            other if other.starts_with(PER_GROUP) => {
+                let n: u32 = other[PER_GROUP.len()..].parse()?;
+                let $q = $queue
+                    .lease("locked_until")
+                    .lease_duration($lease)
+                    .per_group(n);
                 $runner.mount($finish).start().await?
             }
             other => start!(@$row_lock other, $runner, $queue, |$q| $finish),
@@ -249,7 +261,11 @@ macro_rules! run {
         let pool = $pool;
         let (table, mode, workers) = ($table, $mode, $workers);
         let runner = Runner::new(pool.clone()).poll_interval(Duration::from_millis(20));
-        let queue = Queue::table(Table::new(table).retry_after("retry_after"));
+        let mut declared = Table::new(table).retry_after("retry_after");
+        if $form.starts_with(PER_GROUP) {
+            declared = declared.group("queue");
+        }
+        let queue = Queue::table(declared);
         let running = match mode {
             Mode::Soak(seed) => {
                 let handler = soak_handler!($db, table, seed, $numbered);

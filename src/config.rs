@@ -89,7 +89,8 @@ pub struct QueueConfig {
     pub(crate) custom: Vec<(Event, String)>,
     pub(crate) isolation: Option<Isolation>,
     pub(crate) sqlite_mode: Option<SqliteMode>,
-    pub(crate) fifo: bool,
+    /// How many rows of one group are in work at once, across every runner (`Some(1)`: FIFO).
+    pub(crate) per_group: Option<u32>,
     pub(crate) listen_notify: bool,
 }
 
@@ -108,7 +109,7 @@ impl QueueConfig {
             custom: Vec::new(),
             isolation: None,
             sqlite_mode: None,
-            fifo: false,
+            per_group: None,
             listen_notify: false,
         }
     }
@@ -187,19 +188,26 @@ impl QueueConfig {
                  or use the lease or advisory lock form",
             ));
         }
-        if self.fifo && !matches!(self.form, FormKind::Lease { .. }) {
+        if self.per_group == Some(0) {
+            return Err(Error::declaration(
+                queue,
+                "`.per_group(0)` would never claim a row: give it at least 1",
+            ));
+        }
+        if self.per_group.is_some() && !matches!(self.form, FormKind::Lease { .. }) {
             return Err(Error::unsupported(
                 queue,
-                "FIFO needs the lease form: a row held by a row lock or an advisory key is not \
-                 visible to other claims, which would take the next row of its group",
+                "FIFO and `.per_group(..)` need the lease form: a row held by a row lock or an \
+                 advisory key is not visible to other claims, which would take the next row of \
+                 its group",
             ));
         }
         self.check_unique_key(queue)?;
-        if self.fifo && self.table.group.is_none() {
+        if self.per_group.is_some() && self.table.group.is_none() {
             return Err(Error::declaration(
                 queue,
-                "FIFO orders rows within a group: declare the table's group column with \
-                 `Table::group(..)`",
+                "FIFO and `.per_group(..)` count rows within a group: declare the table's group \
+                 column with `Table::group(..)`",
             ));
         }
         if let (Some(DeadLetter::Group(group)), None) = (self.dead_letter(), &self.table.group) {
@@ -213,8 +221,8 @@ impl QueueConfig {
             ));
         }
         match (&self.table.group, &self.name) {
-            // An unnamed FIFO queue serves every group, each in its own order.
-            (Some(_), None) if self.fifo => Ok(()),
+            // An unnamed FIFO or per-group queue serves every group, each within its limit.
+            (Some(_), None) if self.per_group.is_some() => Ok(()),
             (Some(column), None) => Err(Error::declaration(
                 queue,
                 format!(
