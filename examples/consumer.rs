@@ -8,7 +8,8 @@
 //!
 //! - `<database>`: a `postgres://` or `mysql://` URL, or a SQLite file.
 //! - `<form>`: `lease`, `row_lock` or `advisory`; or `lease_per_group:<n>`, the lease form on a
-//!   table grouped by its `queue` column with `.per_group(n)` (`1`: FIFO), serving every group.
+//!   table grouped by its `queue` column with `.per_group(n)` (`1`: FIFO), serving every group;
+//!   `row_lock_fifo`, the row lock form on that table with `.fifo()`.
 //! - `<mode>`:
 //!   - `hang`: each delivery prints `started <id>` and never ends;
 //!   - `work:<ms>`: each delivery prints `started <id>`, works that long, prints `acked <id>` and
@@ -237,11 +238,17 @@ macro_rules! start {
         return Err(format!("form {} does not exist on SQLite", $form).into())
     };
     (@row_lock $form:expr, $runner:expr, $queue:expr, |$q:ident| $finish:expr) => {{
-        if $form != "row_lock" {
-            return Err(format!("unknown form {}", $form).into());
+        match $form {
+            "row_lock" => {
+                let $q = $queue.row_lock();
+                $runner.mount($finish).start().await?
+            }
+            "row_lock_fifo" => {
+                let $q = $queue.row_lock().fifo();
+                $runner.mount($finish).start().await?
+            }
+            _ => return Err(format!("unknown form {}", $form).into()),
         }
-        let $q = $queue.row_lock();
-        $runner.mount($finish).start().await?
     }};
 }
 
@@ -262,7 +269,7 @@ macro_rules! run {
         let (table, mode, workers) = ($table, $mode, $workers);
         let runner = Runner::new(pool.clone()).poll_interval(Duration::from_millis(20));
         let mut declared = Table::new(table).retry_after("retry_after");
-        if $form.starts_with(PER_GROUP) {
+        if $form.starts_with(PER_GROUP) || $form == "row_lock_fifo" {
             declared = declared.group("queue");
         }
         let queue = Queue::table(declared);

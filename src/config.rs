@@ -194,13 +194,33 @@ impl QueueConfig {
                 "`.per_group(0)` would never claim a row: give it at least 1",
             ));
         }
-        if self.per_group.is_some() && !matches!(self.form, FormKind::Lease { .. }) {
-            return Err(Error::unsupported(
-                queue,
-                "FIFO and `.per_group(..)` need the lease form: a row held by a row lock or an \
-                 advisory key is not visible to other claims, which would take the next row of \
-                 its group",
-            ));
+        match (&self.form, self.per_group) {
+            (FormKind::Lease { .. }, _) | (_, None) => {}
+            (FormKind::RowLock, Some(1)) if above_read_committed => {
+                return Err(Error::unsupported(
+                    queue,
+                    "FIFO on the row lock form guards each group by locking its first row in the \
+                     claim's transaction, which above READ COMMITTED fails on rows settled since \
+                     the transaction began: keep `Isolation::ReadCommitted`, or use the lease form",
+                ));
+            }
+            (FormKind::RowLock, Some(1)) => {}
+            (FormKind::RowLock, Some(_)) => {
+                return Err(Error::unsupported(
+                    queue,
+                    "`.per_group(n)` above 1 needs the lease form: the row lock form serves FIFO \
+                     (`.fifo()`, one row of a group in work) but cannot count rows other claims \
+                     hold",
+                ));
+            }
+            (FormKind::Advisory, Some(_)) => {
+                return Err(Error::unsupported(
+                    queue,
+                    "FIFO and `.per_group(..)` need the lease or row lock form: a row held by an \
+                     advisory key is not visible to other claims, which would take the next row \
+                     of its group",
+                ));
+            }
         }
         self.check_unique_key(queue)?;
         if self.per_group.is_some() && self.table.group.is_none() {

@@ -55,11 +55,13 @@ pub(crate) struct Names {
 }
 
 /// The quoted columns of a FIFO or per-group queue's claims: its table's group column and its
-/// lease column, and how many rows of a group may be in work at once (1: FIFO).
+/// lease column (none in the row lock form, whose rows in work are held by their claims' locks
+/// and guarded by [`RowLockSql::guard`](super::RowLockSql::guard)), and how many rows of a group
+/// may be in work at once (1: FIFO).
 #[derive(Debug, Clone)]
 pub(crate) struct Fifo {
     pub(crate) group: String,
-    pub(crate) lease: String,
+    pub(crate) lease: Option<String>,
     pub(crate) limit: u32,
 }
 
@@ -106,12 +108,18 @@ impl Names {
             names.lease = Some(dialect.quote(column)?);
         }
 
+        let row_lock = config.form == FormKind::RowLock;
         names.fifo = match (config.per_group, &names.group, &names.lease) {
             (None, _, _) => None,
             (Some(limit), Some(group), Some(lease)) => Some(Fifo {
                 group: group.clone(),
-                lease: lease.clone(),
+                lease: Some(lease.clone()),
                 limit,
+            }),
+            (Some(1), Some(group), None) if row_lock => Some(Fifo {
+                group: group.clone(),
+                lease: None,
+                limit: 1,
             }),
             // Refused when the queue was mounted (`QueueConfig::check`).
             (Some(_), _, _) => {

@@ -1,4 +1,6 @@
-//! FIFO groups across two runners, one of them a consumer process SIGKILLed mid-way.
+//! FIFO groups across two runners, one of them a consumer process SIGKILLed mid-way: on the
+//! lease form its rows in work return when their lease expires, on the row lock form when the
+//! server ends its sessions.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -6,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 
-use crate::support::{Consumer, Ctx, Spec, TestDb, TestRow, wait_for};
+use crate::support::{Consumer, Ctx, Form, Spec, TestDb, TestRow, wait_for};
 
 const GROUPS: [&str; 3] = ["g0", "g1", "g2"];
 const ROWS: usize = 300;
@@ -30,7 +32,10 @@ struct Run {
     killed: bool,
 }
 
-pub(crate) async fn fifo_groups_stay_in_order_across_runners_and_a_killed_one<DB: TestDb>() {
+pub(crate) async fn fifo_groups_stay_in_order_across_runners_and_a_killed_one<
+    DB: TestDb,
+    F: Form<DB>,
+>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -70,7 +75,11 @@ pub(crate) async fn fifo_groups_stay_in_order_across_runners_and_a_killed_one<DB
     let mut killed = Consumer::spawn(
         &url,
         &t,
-        "lease_per_group:1",
+        if F::NAME == "lease" {
+            "lease_per_group:1"
+        } else {
+            "row_lock_fifo"
+        },
         "ledger:100",
         &[&WORKERS.to_string(), &LEASE_MS.to_string()],
     );
@@ -80,8 +89,7 @@ pub(crate) async fn fifo_groups_stay_in_order_across_runners_and_a_killed_one<DB
     let runs: Arc<Mutex<Vec<Run>>> = Arc::default();
     let recorded = Arc::clone(&runs);
     let groups = group_of.clone();
-    let queue = Queue::table(table.clone())
-        .lease("locked_until")
+    let queue = F::apply(Queue::table(table.clone()))
         .fifo()
         .workers(WORKERS)
         .handler(move |d: Delivery<DB>| {

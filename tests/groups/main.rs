@@ -20,34 +20,61 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod delayed;
 mod fifo;
 mod per_group;
 
-/// One module per database, with the tests as `#[tokio::test]`s under their own names;
-/// `postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`.
+/// One module per database, with the tests as `#[tokio::test]`s under their own names (a test
+/// of every form once per form: `_lease`, `_row_lock`); `postgres18` runs PostgreSQL's on
+/// `SQLX_QUEUE_PG18_URL`. SQLite has no row lock form.
 macro_rules! per_database {
-    ($($db:ident => $ty:ty);* $(;)?) => {$(
+    ($($db:ident => $ty:ty, $($form:ident)+);* $(;)?) => {$(
         mod $db {
             group_tests!($ty:
-                fifo::fifo_groups_stay_in_order_across_runners_and_a_killed_one,
-                per_group::per_group_caps_each_group_and_never_blocks_the_others,
+                per_group_caps_each_group_and_never_blocks_the_others =>
+                    per_group::per_group_caps_each_group_and_never_blocks_the_others,
             );
+            $(paste_form!($ty, $form);)+
         }
     )*};
 }
 
+/// The tests written for every form, on `$form`.
+macro_rules! paste_form {
+    ($ty:ty, lease) => {
+        group_tests!($ty:
+            fifo_groups_stay_in_order_across_runners_and_a_killed_one_lease =>
+                fifo::fifo_groups_stay_in_order_across_runners_and_a_killed_one::<crate::support::LeaseForm>,
+            a_fifo_row_due_again_waits_for_the_later_row_in_work_lease =>
+                delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::LeaseForm>,
+        );
+    };
+    ($ty:ty, row_lock) => {
+        group_tests!($ty:
+            fifo_groups_stay_in_order_across_runners_and_a_killed_one_row_lock =>
+                fifo::fifo_groups_stay_in_order_across_runners_and_a_killed_one::<crate::support::RowLockForm>,
+            a_fifo_row_due_again_waits_for_the_later_row_in_work_row_lock =>
+                delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::RowLockForm>,
+        );
+    };
+}
+
 macro_rules! group_tests {
-    ($db:ty: $($module:ident::$test:ident),+ $(,)?) => {$(
+    ($db:ty: $($name:ident => $module:ident::$test:ident $(::<$($arg:ty),+>)?),+ $(,)?) => {$(
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $test() {
-            crate::support::on_server_of(module_path!(), crate::$module::$test::<$db>()).await;
+        async fn $name() {
+            crate::support::on_server_of(
+                module_path!(),
+                crate::$module::$test::<$db $($(, $arg)+)?>(),
+            )
+            .await;
         }
     )+};
 }
 
 per_database! {
-    sqlite => sqlx::Sqlite;
-    postgres => sqlx::Postgres;
-    postgres18 => sqlx::Postgres;
-    mysql => sqlx::MySql;
+    sqlite => sqlx::Sqlite, lease;
+    postgres => sqlx::Postgres, lease row_lock;
+    postgres18 => sqlx::Postgres, lease row_lock;
+    mysql => sqlx::MySql, lease row_lock;
 }
