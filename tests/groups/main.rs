@@ -23,6 +23,7 @@ mod support;
 mod delayed;
 mod fifo;
 mod per_group;
+mod refusals;
 
 /// One module per database, with the tests as `#[tokio::test]`s under their own names (a test
 /// of every form once per form: `_lease`, `_row_lock`); `postgres18` runs PostgreSQL's on
@@ -33,6 +34,8 @@ macro_rules! per_database {
             group_tests!($ty:
                 per_group_caps_each_group_and_never_blocks_the_others =>
                     per_group::per_group_caps_each_group_and_never_blocks_the_others,
+                what_groups_need_is_said_at_start =>
+                    refusals::what_groups_need_is_said_at_start,
             );
             $(paste_form!($ty, $form);)+
         }
@@ -55,6 +58,8 @@ macro_rules! paste_form {
                 fifo::fifo_groups_stay_in_order_across_runners_and_a_killed_one::<crate::support::RowLockForm>,
             a_fifo_row_due_again_waits_for_the_later_row_in_work_row_lock =>
                 delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::RowLockForm>,
+            what_the_row_lock_form_cannot_guard_is_said_at_start =>
+                refusals::what_the_row_lock_form_cannot_guard_is_said_at_start::<crate::support::RowLockForm>,
         );
     };
 }
