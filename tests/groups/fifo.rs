@@ -109,7 +109,7 @@ pub(crate) async fn fifo_groups_stay_in_order_across_runners_and_a_killed_one<
                 Outcome::ack()
             }
         });
-    let pool = ctx.pool(WORKERS as u32 + 2).await;
+    let pool = ctx.pool(u32::try_from(WORKERS).unwrap() + 2).await;
     let running = Runner::new(pool.clone())
         .poll_interval(Duration::from_millis(20))
         .mount(queue)

@@ -54,7 +54,7 @@ pub(crate) async fn per_group_caps_each_group_and_never_blocks_the_others<DB: Te
         let gauge = Arc::clone(&gauge);
         let queue = Queue::table(table.clone())
             .lease("locked_until")
-            .per_group(LIMIT as u32)
+            .per_group(u32::try_from(LIMIT).unwrap())
             .workers(WORKERS)
             .handler(move |d: Delivery<DB>| {
                 let group = usize::from(d.payload()[0] - b'0');
@@ -67,7 +67,7 @@ pub(crate) async fn per_group_caps_each_group_and_never_blocks_the_others<DB: Te
                     Outcome::ack()
                 }
             });
-        let pool = ctx.pool(WORKERS as u32 + 2).await;
+        let pool = ctx.pool(u32::try_from(WORKERS).unwrap() + 2).await;
         let running = Runner::new(pool.clone())
             .poll_interval(Duration::from_millis(20))
             .mount(queue)
