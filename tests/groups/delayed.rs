@@ -1,6 +1,8 @@
 //! A FIFO row that waited for its `retry_after` and becomes due while a later row of its group
 //! is in work waits for that row to end; a row of another group claimed meanwhile shows that a
-//! claim saw it due (it comes first in claim order) and passed over it.
+//! claim saw it due (it comes first in claim order) and passed over it. The group's first row is
+//! delayed longer still: on the row lock form the claim takes the due row, and the guard (the
+//! lock on that first row, held by the later row's claim) sends it back.
 
 use std::time::Duration;
 
@@ -24,8 +26,13 @@ pub(crate) async fn a_fifo_row_due_again_waits_for_the_later_row_in_work<
         })
         .await;
     let table = Table::new(&t).group("queue").retry_after("retry_after");
-    // Due in a second: the row lock form's guard locks it while the later row is in work, so
-    // no statement could make it due sooner.
+    // The group's first row, due in an hour: the row lock form's guard, which every claim of
+    // the group must lock, is this row, not the head below.
+    let hour = Duration::from_secs(3600);
+    let far = DB::enqueue(&ctx.pool, &table, Job::new("far").group("g").delay(hour))
+        .await
+        .unwrap();
+    // Due in a second.
     let delay = Duration::from_secs(1);
     let due = Instant::now() + delay;
     let head = DB::enqueue(&ctx.pool, &table, Job::new("head").group("g").delay(delay))
@@ -85,6 +92,6 @@ pub(crate) async fn a_fifo_row_due_again_waits_for_the_later_row_in_work<
     assert_eq!(recv(&mut seen, "the head's end", 10).await, ("end", head));
     running.shutdown().await.unwrap();
     pool.close().await;
-    assert_eq!(ctx.count(&t, "1 = 1").await, 0);
+    assert_eq!(ctx.count(&t, &format!("id <> {far}")).await, 0);
     ctx.drop_tables().await;
 }
