@@ -7,7 +7,9 @@
 //! ```
 //!
 //! - `<database>`: a `postgres://` or `mysql://` URL, or a SQLite file.
-//! - `<form>`: `lease`, `row_lock` or `advisory`.
+//! - `<form>`: `lease`, `row_lock` or `advisory`; or `lease_per_group:<n>`, the lease form on a
+//!   table grouped by its `queue` column with `.per_group(n)` (`1`: FIFO), serving every group;
+//!   `row_lock_fifo`, the row lock form on that table with `.fifo()`.
 //! - `<mode>`:
 //!   - `hang`: each delivery prints `started <id>` and never ends;
 //!   - `work:<ms>`: each delivery prints `started <id>`, works that long, prints `acked <id>` and
@@ -198,6 +200,9 @@ macro_rules! soak_handler {
     }};
 }
 
+/// The prefix of the forms with a per-group limit.
+const PER_GROUP: &str = "lease_per_group:";
+
 /// Gives `$queue` the claim form named `$form`, finishes its chain with `$finish` (which sees the
 /// queue as `$q`), mounts it on `$runner` and starts it.
 macro_rules! start {
@@ -218,6 +223,14 @@ macro_rules! start {
                 let $q = $queue.advisory_lock();
                 $runner.mount($finish).start().await?
             }
+            other if other.starts_with(PER_GROUP) => {
+                let n: u32 = other[PER_GROUP.len()..].parse()?;
+                let $q = $queue
+                    .lease("locked_until")
+                    .lease_duration($lease)
+                    .per_group(n);
+                $runner.mount($finish).start().await?
+            }
             other => start!(@$row_lock other, $runner, $queue, |$q| $finish),
         }
     };
@@ -225,11 +238,17 @@ macro_rules! start {
         return Err(format!("form {} does not exist on SQLite", $form).into())
     };
     (@row_lock $form:expr, $runner:expr, $queue:expr, |$q:ident| $finish:expr) => {{
-        if $form != "row_lock" {
-            return Err(format!("unknown form {}", $form).into());
+        match $form {
+            "row_lock" => {
+                let $q = $queue.row_lock();
+                $runner.mount($finish).start().await?
+            }
+            "row_lock_fifo" => {
+                let $q = $queue.row_lock().fifo();
+                $runner.mount($finish).start().await?
+            }
+            _ => return Err(format!("unknown form {}", $form).into()),
         }
-        let $q = $queue.row_lock();
-        $runner.mount($finish).start().await?
     }};
 }
 
@@ -249,7 +268,11 @@ macro_rules! run {
         let pool = $pool;
         let (table, mode, workers) = ($table, $mode, $workers);
         let runner = Runner::new(pool.clone()).poll_interval(Duration::from_millis(20));
-        let queue = Queue::table(Table::new(table).retry_after("retry_after"));
+        let mut declared = Table::new(table).retry_after("retry_after");
+        if $form.starts_with(PER_GROUP) || $form == "row_lock_fifo" {
+            declared = declared.group("queue");
+        }
+        let queue = Queue::table(declared);
         let running = match mode {
             Mode::Soak(seed) => {
                 let handler = soak_handler!($db, table, seed, $numbered);

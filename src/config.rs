@@ -110,7 +110,8 @@ pub struct QueueConfig {
     pub(crate) custom: Vec<(Event, String)>,
     pub(crate) isolation: Option<Isolation>,
     pub(crate) sqlite_mode: Option<SqliteMode>,
-    pub(crate) fifo: bool,
+    /// How many rows of one group are in work at once, across every runner (`Some(1)`: FIFO).
+    pub(crate) per_group: Option<u32>,
     pub(crate) listen_notify: bool,
     pub(crate) rate: Option<RateLimit>,
 }
@@ -130,7 +131,7 @@ impl QueueConfig {
             custom: Vec::new(),
             isolation: None,
             sqlite_mode: None,
-            fifo: false,
+            per_group: None,
             listen_notify: false,
             rate: None,
         }
@@ -212,12 +213,39 @@ impl QueueConfig {
                  or use the lease or advisory lock form",
             ));
         }
-        if self.fifo && !matches!(self.form, FormKind::Lease { .. }) {
-            return Err(Error::unsupported(
+        if self.per_group == Some(0) {
+            return Err(Error::declaration(
                 queue,
-                "FIFO needs the lease form: a row held by a row lock or an advisory key is not \
-                 visible to other claims, which would take the next row of its group",
+                "`.per_group(0)` would never claim a row: give it at least 1",
             ));
+        }
+        match (&self.form, self.per_group) {
+            (FormKind::Lease { .. }, _) | (_, None) => {}
+            (FormKind::RowLock, Some(1)) if above_read_committed => {
+                return Err(Error::unsupported(
+                    queue,
+                    "FIFO on the row lock form guards each group by locking its first row in the \
+                     claim's transaction, which above READ COMMITTED fails on rows settled since \
+                     the transaction began: keep `Isolation::ReadCommitted`, or use the lease form",
+                ));
+            }
+            (FormKind::RowLock, Some(1)) => {}
+            (FormKind::RowLock, Some(_)) => {
+                return Err(Error::unsupported(
+                    queue,
+                    "`.per_group(n)` above 1 needs the lease form: the row lock form serves FIFO \
+                     (`.fifo()`, one row of a group in work) but cannot count rows other claims \
+                     hold",
+                ));
+            }
+            (FormKind::Advisory, Some(_)) => {
+                return Err(Error::unsupported(
+                    queue,
+                    "FIFO and `.per_group(..)` need the lease or row lock form: a row held by an \
+                     advisory key is not visible to other claims, which would take the next row \
+                     of its group",
+                ));
+            }
         }
         self.check_unique_key(queue)?;
         if self.rate.is_some() && self.table.limits.is_none() {
@@ -230,11 +258,11 @@ impl QueueConfig {
                 ),
             ));
         }
-        if self.fifo && self.table.group.is_none() {
+        if self.per_group.is_some() && self.table.group.is_none() {
             return Err(Error::declaration(
                 queue,
-                "FIFO orders rows within a group: declare the table's group column with \
-                 `Table::group(..)`",
+                "FIFO and `.per_group(..)` count rows within a group: declare the table's group \
+                 column with `Table::group(..)`",
             ));
         }
         if let (Some(DeadLetter::Group(group)), None) = (self.dead_letter(), &self.table.group) {
@@ -248,8 +276,8 @@ impl QueueConfig {
             ));
         }
         match (&self.table.group, &self.name) {
-            // An unnamed FIFO queue serves every group, each in its own order.
-            (Some(_), None) if self.fifo => Ok(()),
+            // An unnamed FIFO or per-group queue serves every group, each within its limit.
+            (Some(_), None) if self.per_group.is_some() => Ok(()),
             (Some(column), None) => Err(Error::declaration(
                 queue,
                 format!(

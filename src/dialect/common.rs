@@ -81,9 +81,19 @@ pub(crate) fn next(n: &Names) -> Stmt {
 
 /// FIFO within a group: a row is claimable only when no other row of its group is in work
 /// (under a live lease) and no earlier row of its group is due. A delayed row does not hold
-/// back later rows that are due.
+/// back later rows that are due. A limit above 1 counts both kinds of rows instead
+/// ([`per_group`]).
 fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
-    let (group, lease) = (columns.group.as_str(), columns.lease.as_str());
+    let group = columns.group.as_str();
+    let lease = match (&columns.lease, columns.limit) {
+        (Some(lease), 1) => lease.as_str(),
+        (Some(lease), _) => {
+            per_group(w, n, group, lease, columns.limit);
+            return;
+        }
+        // The row lock form: only the no-earlier-due-row half (its guard keeps one in work).
+        (None, _) => "",
+    };
     let outer = |w: &mut SqlWriter, column: &str| {
         w.push(&n.table).push(".").push(column);
     };
@@ -98,12 +108,15 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
             w.push(" AND h.").push(processed_at).push(" IS NULL");
         }
     };
+    if !lease.is_empty() {
+        w.push("NOT EXISTS (SELECT 1");
+        same_group(w);
+        w.push(" AND h.").push(&n.id).push(" <> ");
+        outer(w, &n.id);
+        w.push(" AND h.").push(lease).push(" >= ").param(Slot::Now);
+        w.push(") AND ");
+    }
     w.push("NOT EXISTS (SELECT 1");
-    same_group(w);
-    w.push(" AND h.").push(&n.id).push(" <> ");
-    outer(w, &n.id);
-    w.push(" AND h.").push(lease).push(" >= ").param(Slot::Now);
-    w.push(") AND NOT EXISTS (SELECT 1");
     same_group(w);
     w.push(" AND h.").push(&n.id).push(" < ");
     outer(w, &n.id);
@@ -117,6 +130,41 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
             .push(")");
     }
     w.push(")");
+}
+
+/// At most `limit` rows of a group in work: a row is claimable only when fewer than `limit`
+/// other rows of its group are in work (under a live lease) or due before it (by id). Counting
+/// the earlier due rows keeps concurrent claims within the limit: of two claims that each take
+/// a row of the group unseen by the other, the one of the later row counts the earlier row as
+/// due, and the rows a claim takes at once are the group's first due ones.
+fn per_group(w: &mut SqlWriter, n: &Names, group: &str, lease: &str, limit: u32) {
+    let outer = |w: &mut SqlWriter, column: &str| {
+        w.push(&n.table).push(".").push(column);
+    };
+    w.push("(SELECT COUNT(*) FROM ")
+        .push(&n.table)
+        .push(" AS h WHERE h.")
+        .push(group)
+        .push(" = ");
+    outer(w, group);
+    if let Some(processed_at) = &n.processed_at {
+        w.push(" AND h.").push(processed_at).push(" IS NULL");
+    }
+    w.push(" AND h.").push(&n.id).push(" <> ");
+    outer(w, &n.id);
+    w.push(" AND (h.").push(lease).push(" >= ").param(Slot::Now);
+    w.push(" OR h.").push(&n.id).push(" < ");
+    outer(w, &n.id);
+    if let Some(retry_after) = &n.retry_after {
+        w.push(" AND (h.")
+            .push(retry_after)
+            .push(" IS NULL OR h.")
+            .push(retry_after)
+            .push(" <= ")
+            .param(Slot::Now)
+            .push(")");
+    }
+    w.push(")) < ").push(&limit.to_string());
 }
 
 /// ` ORDER BY`: priority (smaller first), then due time (a row never delayed first), then id.

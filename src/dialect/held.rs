@@ -30,6 +30,13 @@ pub(crate) struct RowLockSql {
     pub(crate) finish_many: BySize,
     /// A batch's retries in one statement, as `finish_many`; absent without an attempt column.
     pub(crate) retry_many: Option<BySize>,
+    /// FIFO's guard, run in the claim's transaction for each row claimed: locks, without
+    /// waiting, the first unfinished row (by id) of the claimed row's group and returns its id;
+    /// no row when another transaction holds it. Every row in work holds its group's first row
+    /// so, and that row stays first while it is held: one row of a group in work at a time,
+    /// also when a row that waited for its `retry_after` becomes due behind a later one in
+    /// work. Absent without FIFO.
+    pub(crate) guard: Option<Stmt>,
 }
 
 /// The advisory lock form's statements. Each commits on its own, on the session holding the
@@ -131,6 +138,38 @@ fn by_ids(n: &Names, body: impl Fn(&mut SqlWriter, &dyn Fn(&mut SqlWriter))) -> 
     })
 }
 
+/// [`RowLockSql::guard`]: `SELECT id FROM t WHERE id = (SELECT MIN(h.id) FROM t AS h WHERE
+/// h.group = (the group of row ?) AND h.processed_at IS NULL) FOR UPDATE SKIP LOCKED`.
+fn guard(n: &Names, group: &str) -> Stmt {
+    let mut w = n.writer();
+    w.push("SELECT ");
+    as_i64(&mut w, &n.id);
+    w.push(" FROM ")
+        .push(&n.table)
+        .push(" WHERE ")
+        .push(&n.id)
+        .push(" = (SELECT MIN(h.")
+        .push(&n.id)
+        .push(") FROM ")
+        .push(&n.table)
+        .push(" AS h WHERE h.")
+        .push(group)
+        .push(" = (SELECT g.")
+        .push(group)
+        .push(" FROM ")
+        .push(&n.table)
+        .push(" AS g WHERE g.")
+        .push(&n.id)
+        .push(" = ")
+        .param(Slot::Id)
+        .push(")");
+    if let Some(processed_at) = &n.processed_at {
+        w.push(" AND h.").push(processed_at).push(" IS NULL");
+    }
+    w.push(") FOR UPDATE SKIP LOCKED");
+    w.finish()
+}
+
 pub(crate) fn row_lock(n: &Names) -> RowLockSql {
     let claim = |n: &Names| {
         let mut w = n.writer();
@@ -169,6 +208,7 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
     };
 
     RowLockSql {
+        guard: n.fifo.as_ref().map(|fifo| guard(n, &fifo.group)),
         begin: (n.dialect == Dialect::MySql).then_some(mysql::BEGIN_READ_COMMITTED),
         claim: claim(n),
         claim_excluding: claim(&excluding),

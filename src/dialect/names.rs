@@ -54,11 +54,15 @@ pub(crate) struct Names {
     pub(crate) unprepared: bool,
 }
 
-/// The quoted columns of a FIFO queue's claims: its table's group column and its lease column.
+/// The quoted columns of a FIFO or per-group queue's claims: its table's group column and its
+/// lease column (none in the row lock form, whose rows in work are held by their claims' locks
+/// and guarded by [`RowLockSql::guard`](super::RowLockSql::guard)), and how many rows of a group
+/// may be in work at once (1: FIFO).
 #[derive(Debug, Clone)]
 pub(crate) struct Fifo {
     pub(crate) group: String,
-    pub(crate) lease: String,
+    pub(crate) lease: Option<String>,
+    pub(crate) limit: u32,
 }
 
 impl Names {
@@ -104,14 +108,21 @@ impl Names {
             names.lease = Some(dialect.quote(column)?);
         }
 
-        names.fifo = match (config.fifo, &names.group, &names.lease) {
-            (false, _, _) => None,
-            (true, Some(group), Some(lease)) => Some(Fifo {
+        let row_lock = config.form == FormKind::RowLock;
+        names.fifo = match (config.per_group, &names.group, &names.lease) {
+            (None, _, _) => None,
+            (Some(limit), Some(group), Some(lease)) => Some(Fifo {
                 group: group.clone(),
-                lease: lease.clone(),
+                lease: Some(lease.clone()),
+                limit,
+            }),
+            (Some(1), Some(group), None) if row_lock => Some(Fifo {
+                group: group.clone(),
+                lease: None,
+                limit: 1,
             }),
             // Refused when the queue was mounted (`QueueConfig::check`).
-            (true, _, _) => {
+            (Some(_), _, _) => {
                 return Err(Error::declaration(
                     config.label(),
                     "FIFO needs the table's group column and the lease form",

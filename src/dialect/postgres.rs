@@ -191,4 +191,22 @@ mod tests {
             r#"WITH claimable AS (SELECT "id" FROM "jobs" WHERE "queue" = $1 AND ("locked_until" IS NULL OR "locked_until" < $2) AND ("not_before" IS NULL OR "not_before" <= $3) ORDER BY "id" LIMIT $4 FOR UPDATE SKIP LOCKED) UPDATE "jobs" AS q SET "locked_until" = $5, "attempt" = CASE WHEN "attempt" < 32767 THEN "attempt" + 1 ELSE "attempt" END FROM claimable WHERE q."id" = claimable."id" RETURNING CAST(q."id" AS BIGINT), q."payload", CAST(q."attempt" AS BIGINT) - 1"#
         );
     }
+
+    #[test]
+    fn a_per_group_claim_counts_the_rows_in_work_or_due_before_the_row() {
+        let table = Table::new("jobs").group("queue").retry_after("not_before");
+        let mut n = Names::for_test(Dialect::Postgres, table, None, "lease", false);
+        n.fifo = Some(super::super::names::Fifo {
+            group: r#""queue""#.to_owned(),
+            lease: Some(r#""locked_until""#.to_owned()),
+            limit: 3,
+        });
+        let Claim::Returning(stmt) = super::lease_claim(&n, n.lease.as_deref().unwrap()) else {
+            panic!("PostgreSQL claims in one statement");
+        };
+        assert_eq!(
+            stmt.text(),
+            r#"WITH claimable AS (SELECT "id" FROM "jobs" WHERE ("locked_until" IS NULL OR "locked_until" < $1) AND ("not_before" IS NULL OR "not_before" <= $2) AND (SELECT COUNT(*) FROM "jobs" AS h WHERE h."queue" = "jobs"."queue" AND h."id" <> "jobs"."id" AND (h."locked_until" >= $3 OR h."id" < "jobs"."id" AND (h."not_before" IS NULL OR h."not_before" <= $4))) < 3 ORDER BY "id" LIMIT $5 FOR UPDATE SKIP LOCKED) UPDATE "jobs" AS q SET "locked_until" = $6 FROM claimable WHERE q."id" = claimable."id" RETURNING CAST(q."id" AS BIGINT), q."payload""#
+        );
+    }
 }

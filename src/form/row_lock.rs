@@ -13,6 +13,9 @@ use crate::delivery::{Outcome, Settle};
 use crate::dialect::{self, Args, MAX_FINISH, RowLockSql, Stmt};
 use crate::error::{Error, Result};
 
+#[path = "row_lock_fifo.rs"]
+mod fifo;
+
 /// The row lock form of one mounted queue.
 #[derive(Debug)]
 pub(crate) struct RowLockForm {
@@ -41,6 +44,7 @@ impl<DB: Backend> Form<DB> for RowLockForm {
             );
         }
         let mut statements = vec![&sql.claim, &sql.claim_excluding, &sql.next, &sql.finish];
+        statements.extend(&sql.guard);
         statements.extend(sql.retry.iter().chain(&sql.retry_after));
         statements.extend(sql.finish_many.iter());
         statements.extend(sql.retry_many.iter().flatten());
@@ -250,7 +254,8 @@ impl RowLockForm {
             _ => &self.sql.claim_excluding,
         };
         let mut rows = fetch_claimed::<DB>(&mut conn, claim, &args, checked.columns).await?;
-        if rows.is_empty() {
+        rows = fifo::guarded::<DB>(&mut conn, &self.sql, &args, rows, checked.columns).await?;
+        if rows.is_empty() && conn.depth() > 0 {
             conn.rollback().await?;
         }
         rows.sort_unstable_by_key(|row| row.id);

@@ -54,7 +54,7 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     custom: Vec<(Event, String)>,
     isolation: Option<Isolation>,
     sqlite_mode: Option<SqliteMode>,
-    fifo: bool,
+    per_group: Option<u32>,
     listen_notify: bool,
     rate: Option<RateLimit>,
     form: F,
@@ -75,7 +75,7 @@ impl Queue {
             custom: Vec::new(),
             isolation: None,
             sqlite_mode: None,
-            fifo: false,
+            per_group: None,
             listen_notify: false,
             rate: None,
             form: NoForm,
@@ -105,7 +105,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
             custom: self.custom,
             isolation: self.isolation,
             sqlite_mode: self.sqlite_mode,
-            fifo: self.fifo,
+            per_group: self.per_group,
             listen_notify: self.listen_notify,
             rate: self.rate,
             form: form(self.form),
@@ -287,14 +287,28 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self
     }
 
-    /// FIFO groups (the lease form, on a table with a [group](Table::group) column): within a
-    /// group one row is in work at a time, in id order, across every runner. A row waiting for
-    /// its `retry_after` lets later rows that are due go first. Unnamed, the queue serves every
-    /// group of the table, each in its own order, groups in parallel; named, it serves its group
-    /// one row at a time. The row lock and advisory forms refuse it at start: their rows in work
-    /// are not visible to other claims.
-    pub fn fifo(mut self) -> Self {
-        self.fifo = true;
+    /// FIFO groups (the lease and row lock forms, on a table with a [group](Table::group)
+    /// column): within a group one row is in work at a time, in id order, across every runner.
+    /// A row waiting for its `retry_after` lets later rows that are due go first. Unnamed, the
+    /// queue serves every group of the table, each in its own order, groups in parallel; named,
+    /// it serves its group one row at a time. The row lock form guards each group with a lock on
+    /// its first unfinished row, taken in the claim's transaction (one more statement per
+    /// claim), and refuses it above READ COMMITTED; the advisory form refuses it at start. The
+    /// same as [`per_group(1)`](Queue::per_group).
+    pub fn fifo(self) -> Self {
+        self.per_group(1)
+    }
+
+    /// At most `n` rows of one group in work at once (the lease form, on a table with a
+    /// [group](Table::group) column), across every runner and process: the claim statement
+    /// counts the group's rows under a live lease, so a crashed holder frees its slot when its
+    /// lease expires. A group at its limit holds back none of the others. Within a group the
+    /// rows start in id order, the first `n` due at once; a row waiting for its `retry_after`
+    /// lets later rows that are due go first. `per_group(1)` is [`fifo`](Queue::fifo). Unnamed,
+    /// the queue serves every group of the table. `n = 0`, the advisory form, and the row lock
+    /// form above 1 are refused at start.
+    pub fn per_group(mut self, n: u32) -> Self {
+        self.per_group = Some(n);
         self
     }
 

@@ -36,7 +36,7 @@ where
         config.custom = self.custom;
         config.isolation = self.isolation;
         config.sqlite_mode = self.sqlite_mode;
-        config.fifo = self.fifo;
+        config.per_group = self.per_group;
         config.listen_notify = self.listen_notify;
         config.rate = self.rate;
         (config, self.handler)

@@ -127,7 +127,7 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             abandon_extension: config.transactional && DB::DIALECT == Dialect::Sqlite,
             wake: crate::enqueue::wakes(&config.table.name, config.name.as_deref()),
             settled: Arc::new(Notify::new()),
-            fifo: config.fifo,
+            fifo: config.per_group.is_some(),
             quarantine: Quarantine::default(),
             observe: Observe::new(
                 config.label(),

@@ -116,3 +116,23 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
     let sql = super::advisory(&names(Dialect::Sqlite, Table::new("jobs"), true));
     assert!(sql.lock_many.is_none() && sql.unlock.is_none() && sql.unlock_many.is_none());
 }
+
+#[test]
+fn row_lock_fifo_claims_a_group_s_first_due_row_and_guards_the_group_s_first_row() {
+    let table = Table::new("jobs").group("queue").retry_after("not_before");
+    let mut n = Names::for_test(Dialect::Postgres, table, None, "row_lock", false);
+    n.fifo = Some(super::super::names::Fifo {
+        group: r#""queue""#.to_owned(),
+        lease: None,
+        limit: 1,
+    });
+    let sql = super::row_lock(&n);
+    assert_eq!(
+        sql.guard.unwrap().text(),
+        r#"SELECT CAST("id" AS BIGINT) FROM "jobs" WHERE "id" = (SELECT MIN(h."id") FROM "jobs" AS h WHERE h."queue" = (SELECT g."queue" FROM "jobs" AS g WHERE g."id" = $1)) FOR UPDATE SKIP LOCKED"#
+    );
+    assert_eq!(
+        sql.claim.text(),
+        r#"SELECT CAST("id" AS BIGINT), "payload" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) AND NOT EXISTS (SELECT 1 FROM "jobs" AS h WHERE h."queue" = "jobs"."queue" AND h."id" < "jobs"."id" AND (h."not_before" IS NULL OR h."not_before" <= $2)) ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED"#
+    );
+}

@@ -1,0 +1,85 @@
+//! Limits per group's tests, a binary of their own: the `it` binary takes about 12 GB and many
+//! minutes to compile, and these tests need none of its areas. They follow `tests/it`'s pattern
+//! and reuse its support (`tests/it/support`, with `tests/common`): each test is a generic
+//! function written once, `async fn name<DB: TestDb>()`, and `per_database!` below writes one
+//! module per database whose `#[tokio::test]`s run them there — `cargo test --test groups
+//! sqlite::` runs SQLite's.
+//!
+//! What is tested here, on the lease form: FIFO (`per_group(1)`) over 3 groups × 100 rows with
+//! two runners of 8 workers, one of them a process SIGKILLed in the middle of its deliveries —
+//! per group strictly in id order (but the killed row's redelivery) and never two in work
+//! (`fifo.rs`); `per_group(3)` — never more than 3 in work per group at any instant, as the
+//! handlers see it, while the groups of fast rows drain past a saturated slow group
+//! (`per_group.rs`).
+
+#[allow(
+    dead_code,
+    unused_imports,
+    reason = "`tests/it`'s support, of which these tests use a part"
+)]
+#[path = "../it/support/mod.rs"]
+mod support;
+
+mod delayed;
+mod fifo;
+mod per_group;
+mod refusals;
+
+/// One module per database, with the tests as `#[tokio::test]`s under their own names (a test
+/// of every form once per form: `_lease`, `_row_lock`); `postgres18` runs PostgreSQL's on
+/// `SQLX_QUEUE_PG18_URL`. SQLite has no row lock form.
+macro_rules! per_database {
+    ($($db:ident => $ty:ty, $($form:ident)+);* $(;)?) => {$(
+        mod $db {
+            group_tests!($ty:
+                per_group_caps_each_group_and_never_blocks_the_others =>
+                    per_group::per_group_caps_each_group_and_never_blocks_the_others,
+                what_groups_need_is_said_at_start =>
+                    refusals::what_groups_need_is_said_at_start,
+            );
+            $(paste_form!($ty, $form);)+
+        }
+    )*};
+}
+
+/// The tests written for every form, on `$form`.
+macro_rules! paste_form {
+    ($ty:ty, lease) => {
+        group_tests!($ty:
+            fifo_groups_stay_in_order_across_runners_and_a_killed_one_lease =>
+                fifo::fifo_groups_stay_in_order_across_runners_and_a_killed_one::<crate::support::LeaseForm>,
+            a_fifo_row_due_again_waits_for_the_later_row_in_work_lease =>
+                delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::LeaseForm>,
+        );
+    };
+    ($ty:ty, row_lock) => {
+        group_tests!($ty:
+            fifo_groups_stay_in_order_across_runners_and_a_killed_one_row_lock =>
+                fifo::fifo_groups_stay_in_order_across_runners_and_a_killed_one::<crate::support::RowLockForm>,
+            a_fifo_row_due_again_waits_for_the_later_row_in_work_row_lock =>
+                delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::RowLockForm>,
+            what_the_row_lock_form_cannot_guard_is_said_at_start =>
+                refusals::what_the_row_lock_form_cannot_guard_is_said_at_start::<crate::support::RowLockForm>,
+        );
+    };
+}
+
+macro_rules! group_tests {
+    ($db:ty: $($name:ident => $module:ident::$test:ident $(::<$($arg:ty),+>)?),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            crate::support::on_server_of(
+                module_path!(),
+                crate::$module::$test::<$db $($(, $arg)+)?>(),
+            )
+            .await;
+        }
+    )+};
+}
+
+per_database! {
+    sqlite => sqlx::Sqlite, lease;
+    postgres => sqlx::Postgres, lease row_lock;
+    postgres18 => sqlx::Postgres, lease row_lock;
+    mysql => sqlx::MySql, lease row_lock;
+}

@@ -1,0 +1,75 @@
+//! What FIFO and `per_group` cannot serve is refused at start, with the reason.
+
+use sqlx_queue::{Delivery, Error, Isolation, Outcome, Queue, Runner, Table};
+
+use crate::support::{Ctx, Form, Spec, TestDb};
+
+async fn reason<DB: TestDb>(ctx: &Ctx<DB>, queue: impl sqlx_queue::Mount<DB>) -> String {
+    match Runner::new(ctx.pool.clone()).mount(queue).start().await {
+        Err(Error::Declaration { reason, .. } | Error::Unsupported { reason, .. }) => reason,
+        Err(other) => panic!("another error: {other}"),
+        Ok(_) => panic!("the queue started"),
+    }
+}
+
+fn handler<DB: TestDb>() -> impl Fn(Delivery<DB>) -> std::future::Ready<Outcome> + Clone {
+    |_| std::future::ready(Outcome::ack())
+}
+
+/// Every database: `per_group(0)`, and the advisory form.
+pub(crate) async fn what_groups_need_is_said_at_start<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    let zero = Queue::table(table.clone())
+        .lease("locked_until")
+        .per_group(0)
+        .handler(handler::<DB>());
+    assert!(reason(&ctx, zero).await.contains("per_group(0)"));
+    let advisory = Queue::table(table.clone())
+        .advisory_lock()
+        .fifo()
+        .handler(handler::<DB>());
+    assert!(reason(&ctx, advisory).await.contains("advisory key"));
+    let ungrouped = Queue::table(Table::new(&t).retry_after("retry_after"))
+        .lease("locked_until")
+        .per_group(2)
+        .handler(handler::<DB>());
+    assert!(reason(&ctx, ungrouped).await.contains("group column"));
+    ctx.drop_tables().await;
+}
+
+/// PostgreSQL and MySQL/MariaDB: the row lock form serves FIFO only, at READ COMMITTED.
+pub(crate) async fn what_the_row_lock_form_cannot_guard_is_said_at_start<
+    DB: TestDb,
+    F: Form<DB>,
+>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    let more = F::apply(Queue::table(table.clone()))
+        .per_group(2)
+        .handler(handler::<DB>());
+    assert!(reason(&ctx, more).await.contains("lease form"));
+    let serializable = F::apply(Queue::table(table.clone()))
+        .fifo()
+        .transactional()
+        .isolation(Isolation::Serializable)
+        .handler(|_: Delivery<DB, sqlx_queue::Transactional>| std::future::ready(Outcome::ack()));
+    assert!(reason(&ctx, serializable).await.contains("READ COMMITTED"));
+    ctx.drop_tables().await;
+}
