@@ -118,18 +118,27 @@ pub(crate) async fn fifo_groups_stay_in_order_across_runners_and_a_killed_one<
         .unwrap();
 
     // SIGKILL while the process has deliveries in work, once it has done a share of the rows.
-    let in_work = "ended_us IS NULL";
+    // A delivery that started within the last 30 ms of its 100 has most of its time left, so
+    // the kill lands while it is in work.
     wait_for(
-        "the process to finish 10 rows and have one in work",
+        "the process to finish 10 rows and have one just started",
         Duration::from_secs(60),
         || async {
+            let fresh = format!(
+                "ended_us IS NULL AND started_us > {}",
+                micros_now() - 30_000
+            );
             ctx.count(&ledger, "ended_us IS NOT NULL").await >= 10
-                && ctx.count(&ledger, in_work).await > 0
+                && ctx.count(&ledger, &fresh).await > 0
         },
     )
     .await;
-    killed.kill().await;
+    // Before the signal: the server frees what the killed process held only after it died, so
+    // a delivery of those rows by the other runner starts after this instant (taken after the
+    // kill, it came late by however long reaping the child took, and such a delivery seemed to
+    // start before the kill).
     let killed_at = micros_now();
+    killed.kill().await;
 
     ctx.wait_none(&t, "1 = 1", 120).await;
     running.shutdown().await.unwrap();
