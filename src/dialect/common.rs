@@ -120,6 +120,13 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
     same_group(w);
     w.push(" AND h.").push(&n.id).push(" < ");
     outer(w, &n.id);
+    earlier_row_due(w, n);
+    w.push(")");
+}
+
+/// ` AND (h.retry_after IS NULL OR h.retry_after <= now)`: the group's earlier row `h` is due
+/// (nothing where the table has no `retry_after`).
+fn earlier_row_due(w: &mut SqlWriter, n: &Names) {
     if let Some(retry_after) = &n.retry_after {
         w.push(" AND (h.")
             .push(retry_after)
@@ -129,7 +136,6 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
             .param(Slot::Now)
             .push(")");
     }
-    w.push(")");
 }
 
 /// At most `limit` rows of a group in work: a row is claimable only when fewer than `limit`
@@ -155,15 +161,7 @@ fn per_group(w: &mut SqlWriter, n: &Names, group: &str, lease: &str, limit: u32)
     w.push(" AND (h.").push(lease).push(" >= ").param(Slot::Now);
     w.push(" OR h.").push(&n.id).push(" < ");
     outer(w, &n.id);
-    if let Some(retry_after) = &n.retry_after {
-        w.push(" AND (h.")
-            .push(retry_after)
-            .push(" IS NULL OR h.")
-            .push(retry_after)
-            .push(" <= ")
-            .param(Slot::Now)
-            .push(")");
-    }
+    earlier_row_due(w, n);
     w.push(")) < ").push(&limit.to_string());
 }
 
