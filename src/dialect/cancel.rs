@@ -36,7 +36,8 @@ pub(crate) struct CancelSql {
     /// The request for a job in work, where the table has a cancel requests' table (one there
     /// already is kept).
     pub(crate) request: Option<Stmt>,
-    /// PostgreSQL, with `request`: the notification on the table's channel, sent at commit.
+    /// PostgreSQL, with `request` or a lease column: the notification on the table's channel,
+    /// sent at commit, for a job in work.
     pub(crate) notify: Option<Stmt>,
     /// Whether the statements bind the table's advisory keys (`KeyClass`, `KeyPrefix`).
     pub(crate) keys: bool,
@@ -53,7 +54,13 @@ pub(crate) struct RequestSql {
     pub(crate) requested: Stmt,
     /// The removal of row `id`'s request, once its delivery ended.
     pub(crate) forget: Stmt,
+    /// The removal of up to [`SWEPT`] requests that name no unfinished row (left by a runner
+    /// that died between a row's removal and its request's).
+    pub(crate) sweep: Stmt,
 }
+
+/// How many requests naming no row one sweep removes, at most.
+pub(crate) const SWEPT: u64 = 100;
 
 /// How many ids one read of requests asks about (a shorter list repeats its last id).
 pub(crate) const REQUESTED_IDS: u16 = 16;
@@ -78,10 +85,47 @@ pub(crate) fn requests(n: &Names) -> Option<RequestSql> {
         .push(requests)
         .push(" WHERE id = ")
         .param(Slot::Id);
+    let forget = w.finish();
     Some(RequestSql {
         requested,
-        forget: w.finish(),
+        forget,
+        sweep: sweep(n, requests),
     })
+}
+
+/// `DELETE` of up to [`SWEPT`] requests whose row is gone or finished: one statement, each
+/// request looked up by the table's primary key. MySQL/MariaDB, which cannot read the table it
+/// deletes from in a subquery, limits the `DELETE` itself (SQLite's needs a compile option).
+fn sweep(n: &Names, requests: &str) -> Stmt {
+    let mut w = n.writer();
+    let no_row = |w: &mut SqlWriter, request: &str| {
+        w.push("NOT EXISTS (SELECT 1 FROM ")
+            .push(&n.table)
+            .push(" t WHERE t.")
+            .push(&n.id)
+            .push(" = ")
+            .push(request)
+            .push(".id");
+        if let Some(processed_at) = &n.processed_at {
+            w.push(" AND t.").push(processed_at).push(" IS NULL");
+        }
+        w.push(")");
+    };
+    w.push("DELETE FROM ").push(requests).push(" WHERE ");
+    match n.dialect {
+        Dialect::MySql => {
+            no_row(&mut w, requests);
+            w.push(" LIMIT ").push(&SWEPT.to_string());
+        }
+        Dialect::Postgres | Dialect::Sqlite => {
+            w.push("id IN (SELECT r.id FROM ")
+                .push(requests)
+                .push(" r WHERE ");
+            no_row(&mut w, "r");
+            w.push(" LIMIT ").push(&SWEPT.to_string()).push(")");
+        }
+    }
+    w.finish()
 }
 
 /// Renders the cancellation's statements for table `n` (of [`Names::of_table`]).
@@ -202,7 +246,10 @@ pub(crate) fn cancel(n: &Names) -> CancelSql {
         }
         w.finish()
     });
-    let notify = (request.is_some() && n.dialect == Dialect::Postgres).then(|| {
+    // Also for a leased job in work: a runner listening on the table's channel fires its
+    // `cancelled()` at once, or does not start it (a row claimed ahead).
+    let told = request.is_some() || n.table_lease.is_some();
+    let notify = (told && n.dialect == Dialect::Postgres).then(|| {
         let mut w = n.writer();
         w.push("SELECT pg_notify(");
         super::postgres::channel(&mut w, Slot::NotifyTable);

@@ -30,7 +30,7 @@ pub(crate) use crate::table::Dialect;
 use crate::table::{Value, table_parts};
 
 pub(crate) use cancel::{
-    CANCEL_NOTICE, CancelSql, REQUESTED_IDS, RequestSql, cancel, requests as cancel_requests,
+    CANCEL_NOTICE, CancelSql, REQUESTED_IDS, RequestSql, SWEPT, cancel, requests as cancel_requests,
 };
 pub(crate) use common::MAX_EXCLUDED;
 pub(crate) use custom::custom;

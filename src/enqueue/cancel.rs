@@ -206,11 +206,14 @@ impl Table {
         if let Some(unlease) = &sql.unlease {
             DB::execute(conn, bound::<DB>(unlease, &args)).await?;
         }
-        Ok(if leased == 1 {
-            Cancellation::Requested(id)
-        } else {
-            Cancellation::Cancelled(id)
-        })
+        if leased != 1 {
+            return Ok(Cancellation::Cancelled(id));
+        }
+        // PostgreSQL: a runner listening on the table's channel learns of it at commit.
+        if let Some(notify) = &sql.notify {
+            DB::execute(conn, bound::<DB>(notify, &args)).await?;
+        }
+        Ok(Cancellation::Requested(id))
     }
 
     /// What the table's advisory keys are made of, as the catalog resolves its name (see

@@ -136,15 +136,16 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
         None
     }
 
-    /// Extends the holds of a batch's rows `ids`.
+    /// Extends the holds of a batch's rows `ids`: the ids whose hold was lost (a lease taken
+    /// away: the job cancelled, or its lease expired and taken).
     fn extend_batch(
         &self,
         conns: &Conns<DB>,
         ids: &[i64],
         batch: &mut Self::Batch,
-    ) -> impl Future<Output = ()> + Send {
+    ) -> impl Future<Output = Vec<i64>> + Send {
         let _ = (conns, ids, batch);
-        async {}
+        async { Vec::new() }
     }
 
     /// Lends a transactional delivery its transaction.

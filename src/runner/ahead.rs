@@ -26,8 +26,9 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
 use super::claim::{Pace, release};
-use super::deliver::deliver;
+use super::deliver::{deliver, drop_unstarted};
 use super::queue::Live;
+use super::requests::Entered;
 use super::stats::{Counters, QueueReport};
 use crate::backend::{Backend, ClaimedRow};
 use crate::form::Form;
@@ -98,12 +99,14 @@ impl Drop for Seat {
     }
 }
 
-/// Rows claimed that wait for a worker, in claim order, each with its place in hand.
-type Waiting<H> = Mutex<VecDeque<(ClaimedRow, H, OwnedSemaphorePermit)>>;
+/// A row claimed that waits for a worker: its hold, its place in hand, and its entry in the
+/// queue's deliveries in work (a cancellation notified meanwhile cancels it).
+type Ahead<H> = (ClaimedRow, H, OwnedSemaphorePermit, Entered);
 
-fn lock<H>(
-    waiting: &Waiting<H>,
-) -> MutexGuard<'_, VecDeque<(ClaimedRow, H, OwnedSemaphorePermit)>> {
+/// Rows claimed that wait for a worker, in claim order.
+type Waiting<H> = Mutex<VecDeque<Ahead<H>>>;
+
+fn lock<H>(waiting: &Waiting<H>) -> MutexGuard<'_, VecDeque<Ahead<H>>> {
     waiting.lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -207,11 +210,11 @@ where
         }
         // Rows start in claim order: each task takes the first row waiting once it has a
         // worker (tasks get their workers in any order).
-        lock(&waiting).extend(
-            claimed
-                .into_iter()
-                .map(|(row, hold)| (row, hold, permits.split(1).expect("a permit per row"))),
-        );
+        lock(&waiting).extend(claimed.into_iter().map(|(row, hold)| {
+            let entered = q.requests.enter(row.id);
+            let in_hand = permits.split(1).expect("a permit per row");
+            (row, hold, in_hand, entered)
+        }));
         added.notify_one();
         for _ in 0..got {
             let (q, handler, workers) =
@@ -225,7 +228,7 @@ where
                     worker = workers.acquire_owned() => Some(worker.expect("never closed")),
                     () = q.shared.stop.cancelled() => None,
                 };
-                let Some((row, hold, in_hand)) = lock(&waiting).pop_front() else {
+                let Some((row, hold, in_hand, entered)) = lock(&waiting).pop_front() else {
                     return;
                 };
                 let (Some(worker), false) = (worker, q.stopping()) else {
@@ -240,7 +243,7 @@ where
                     ended,
                 };
                 q.stats().in_work.fetch_add(1, Ordering::Relaxed);
-                deliver(&q, &*handler, row, hold, Some(seat)).await;
+                deliver(&q, &*handler, row, hold, Some(seat), entered).await;
                 q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
             });
         }
@@ -259,7 +262,8 @@ where
 /// Gives back the rows that waited half their lease for a worker, their attempt uncounted,
 /// until the runner stops: their lease would expire before they start, and another runner's
 /// claim would count their attempt a second time. Workers that slow claim no rows ahead: the
-/// wait counts as a worker's busy time. (A hold without a lease never goes stale.)
+/// wait counts as a worker's busy time. (A hold without a lease never goes stale.) Rows whose
+/// job a notification cancelled meanwhile never start: they are removed at once.
 async fn give_back_stale<DB, F>(
     q: Arc<Live<DB, F>>,
     waiting: Arc<Waiting<F::Hold>>,
@@ -277,31 +281,39 @@ async fn give_back_stale<DB, F>(
     loop {
         let first = lock(&waiting)
             .iter()
-            .filter_map(|(_, hold, _)| stale_at(hold))
+            .filter_map(|(_, hold, _, _)| stale_at(hold))
             .map(|(at, _)| at)
             .min();
+        let changed = q.requests.changed.notified();
         match first {
             None => tokio::select! {
                 biased;
                 () = q.shared.stop.cancelled() => return,
                 () = added.notified() => continue,
+                () = changed => {}
             },
             Some(at) => tokio::select! {
                 biased;
                 () = q.shared.stop.cancelled() => return,
                 () = tokio::time::sleep_until(at) => {}
+                () = changed => {}
             },
         }
         let now = Instant::now();
-        let stale: VecDeque<_> = {
+        let (cancelled, stale): (VecDeque<_>, VecDeque<_>) = {
             let mut rows = lock(&waiting);
-            let (stale, kept) = rows
-                .drain(..)
-                .partition(|(_, hold, _)| stale_at(hold).is_some_and(|(at, _)| at <= now));
+            let (out, kept) = rows.drain(..).partition(|(_, hold, _, entered)| {
+                entered.entry.requested() || stale_at(hold).is_some_and(|(at, _)| at <= now)
+            });
             *rows = kept;
-            stale
+            out.into_iter()
+                .partition(|(_, _, _, entered)| entered.entry.requested())
         };
-        for (row, hold, in_hand) in stale {
+        for (row, hold, in_hand, entered) in cancelled {
+            drop_unstarted(&q, row.id, hold, entered).await;
+            drop(in_hand);
+        }
+        for (row, hold, in_hand, entered) in stale {
             if let Some((_, every)) = stale_at(&hold) {
                 busy.record(every);
             }
@@ -311,7 +323,7 @@ async fn give_back_stale<DB, F>(
                 "a row claimed ahead waited half its lease for a worker: given back"
             );
             release(&q, &row, hold).await;
-            drop(in_hand);
+            drop((in_hand, entered));
         }
     }
 }

@@ -1,6 +1,9 @@
 //! A queue of batches: one claim takes up to `n` rows for one worker, the batch handler gets them
 //! together and returns one outcome per row, and the rows settle by the same policy as single
-//! deliveries (the row lock form in one transaction, all or nothing).
+//! deliveries (the row lock form in one transaction, all or nothing). Each row's delivery has
+//! its own [`cancelled`](crate::Delivery::cancelled): a cancel request read (or notified) for
+//! the row, or its lease lost, cancels that delivery alone, and a requested row is removed
+//! whatever the handler returned for it, its request with it.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::keeper::keep_batch;
 use super::policy;
 use super::queue::Live;
+use super::requests::Entered;
 use super::stats::{Counters, QueueReport};
 use crate::backend::{Backend, ClaimedRow};
 use crate::delivery::{Delivery, Outcome};
@@ -112,13 +116,20 @@ where
         .map(|(row, attempt)| policy::before_handler(q, row, *attempt))
         .collect();
     let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-    let cancel = CancellationToken::new();
+    // Each row's delivery has its own `cancelled()`: a request (or a lease lost) cancels it
+    // alone.
+    let entered: Vec<Entered> = ids.iter().map(|&id| q.requests.enter(id)).collect();
+    let cancel: Vec<CancellationToken> = entered
+        .iter()
+        .map(|entered| entered.entry.token.clone())
+        .collect();
     let deliveries: Vec<Delivery<DB>> = rows
         .into_iter()
         .zip(&attempts)
         .zip(&settled_first)
-        .filter(|(_, first)| first.is_none())
-        .map(|((row, attempt), _)| {
+        .zip(&cancel)
+        .filter(|((_, first), _)| first.is_none())
+        .map(|(((row, attempt), _), cancel)| {
             Delivery::new(
                 row.id,
                 row.payload,
@@ -166,7 +177,8 @@ where
         .iter()
         .zip(&attempts)
         .zip(settled_first)
-        .map(|((&id, &attempt), first)| {
+        .zip(&entered)
+        .map(|(((&id, &attempt), first), entered)| {
             let outcome = match first {
                 Some(outcome) => outcome,
                 None => policy::outcome(
@@ -176,6 +188,14 @@ where
                     Ok(outcomes.next().unwrap_or_else(Outcome::retry)),
                 ),
             };
+            if entered.entry.requested() {
+                // Whatever the handler returned for it: the row goes, and its request.
+                tracing::info!(
+                    id,
+                    "job of a batch cancelled while in work; its row is removed"
+                );
+                return (id, Outcome::drop());
+            }
             (id, outcome)
         })
         .collect();
@@ -188,8 +208,17 @@ where
     q.observe.settlement_took(since);
     match settled {
         Ok(results) => {
-            for (&(id, outcome), result) in settlements.iter().zip(results) {
+            let mut removed = Vec::new();
+            for ((&(id, outcome), result), entered) in settlements.iter().zip(results).zip(entered)
+            {
+                if result.is_ok() && entered.entry.requested() {
+                    removed.push(id);
+                }
                 policy::settled(q, id, outcome, result);
+            }
+            // A request stays while its row does: removed with it.
+            for id in removed {
+                q.requests.forget(&q.shared.pool, id).await;
             }
         }
         Err((row, error)) => {

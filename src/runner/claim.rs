@@ -221,7 +221,8 @@ where
                 siblings.notify_one();
                 busy.fetch_add(1, Ordering::Relaxed);
                 q.stats().in_work.fetch_add(1, Ordering::Relaxed);
-                deliver(&q, &*handler, row, hold, None).await;
+                let entered = q.requests.enter(row.id);
+                deliver(&q, &*handler, row, hold, None, entered).await;
                 q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
                 busy.fetch_sub(1, Ordering::Relaxed);
                 // Found one: look again at once.

@@ -15,6 +15,7 @@ use super::keeper::{self, Kept, keep};
 use super::observe::Working;
 use super::policy::{self, Handled};
 use super::queue::Live;
+use super::requests::Entered;
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::delivery::{Delivery, Mode, Outcome, Settle, TxSlot};
 use crate::error::Error;
@@ -24,13 +25,15 @@ use crate::handler::CallOne;
 /// Runs one delivery to its settlement, in a span naming the queue, row and attempt. `worker`,
 /// where the queue counts its rows in hand and its workers by seats, is given back when the
 /// delivery ends; its worker as soon as its handler is done when its ack goes to the queue's
-/// grouped acks.
+/// grouped acks. `entered`: the row's entry in the queue's deliveries in work, entered at its
+/// claim — one cancelled already (a row claimed ahead) is removed, its handler never called.
 pub(super) async fn deliver<DB, F, H>(
     q: &Live<DB, F>,
     handler: &H,
     row: ClaimedRow,
     hold: F::Hold,
     worker: Option<Seat>,
+    entered: Entered,
 ) where
     DB: Backend,
     F: Form<DB>,
@@ -48,7 +51,7 @@ pub(super) async fn deliver<DB, F, H>(
         seat: worker,
         working: q.observe.start(&row, attempt),
     };
-    run(q, handler, row, attempt, hold, worker)
+    run(q, handler, row, attempt, hold, worker, entered)
         .instrument(span)
         .await;
 }
@@ -69,12 +72,19 @@ async fn run<DB, F, H>(
     attempt: u32,
     mut hold: F::Hold,
     worker: Worker<'_>,
+    entered: Entered,
 ) where
     DB: Backend,
     F: Form<DB>,
     H: CallOne<DB>,
 {
     let id = row.id;
+    let cancelled = &entered.entry;
+    if cancelled.requested() {
+        drop(worker);
+        drop_unstarted(q, id, hold, entered).await;
+        return;
+    }
     if !keeper::confirm(q, id, &mut hold).await {
         return;
     }
@@ -82,8 +92,6 @@ async fn run<DB, F, H>(
         settle(q, id, hold, outcome, None, worker).await;
         return;
     }
-    let entered = q.requests.enter(id);
-    let cancelled = &entered.entry;
     // Whether the settlement's outcome is the request's (the row removed), not the handler's.
     let by_request = AtomicBool::new(false);
     let settlement = async {
@@ -325,6 +333,30 @@ async fn settle<DB: Backend, F: Form<DB>>(
         q.form.hold_for(&q.conns, id, kept, delay).await;
     }
     ok
+}
+
+/// Removes row `id`, cancelled before its handler started (claimed ahead of its worker, and a
+/// cancellation notified meanwhile): settled as a drop, its request with it. On the lease form
+/// the cancellation took its lease away already (the drop finds it lost).
+pub(super) async fn drop_unstarted<DB: Backend, F: Form<DB>>(
+    q: &Live<DB, F>,
+    id: i64,
+    hold: F::Hold,
+    entered: Entered,
+) {
+    tracing::info!(
+        id,
+        "job cancelled before its handler started: not delivered"
+    );
+    let outcome = Outcome::drop();
+    let settled = q.form.settle(&q.conns, id, hold, outcome, None).await;
+    q.note_unlock();
+    let removed = settled.is_ok();
+    policy::settled(q, id, outcome, settled);
+    drop(entered);
+    if removed {
+        q.requests.forget(&q.shared.pool, id).await;
+    }
 }
 
 /// Releases a delivery's row unsettled (it was not handled to the end), and says so.

@@ -159,37 +159,48 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
 /// Awaits a batch's handler while extending the holds of its rows `ids` when they must be
 /// (the handler waits meanwhile). `None` when cancelled at the shutdown timeout, which an
 /// extension in flight then gets [`GRACE`] more to finish (the holds it renewed by then are
-/// the batch's; a row whose renewal is cut off returns when its lease expires). `cancel`, the
-/// batch's deliveries' [`cancelled`](crate::Delivery::cancelled), fires at the shutdown timeout.
+/// the batch's; a row whose renewal is cut off returns when its lease expires). `cancel`, each
+/// row's delivery's [`cancelled`](crate::Delivery::cancelled) (in the order of `ids`): a row's
+/// fires when an extension finds its lease lost, and all at the shutdown timeout.
 pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
     q: &Live<DB, F>,
     ids: &[i64],
     batch: &mut F::Batch,
     every: Option<(Duration, Instant)>,
     mut handled: Pin<&mut impl Future<Output = T>>,
-    cancel: &CancellationToken,
+    cancel: &[CancellationToken],
 ) -> Option<T> {
     let abort = &q.shared.abort;
+    let cancel_all = || cancel.iter().for_each(CancellationToken::cancel);
     let mut next = every.map(|(every, since)| since + every);
     loop {
         tokio::select! {
             biased;
             result = &mut handled => return Some(result),
             () = abort.cancelled() => {
-                cancel.cancel();
+                cancel_all();
                 return None;
             }
             () = sleep_until(next) => {}
         }
         let extension = q.form.extend_batch(&q.conns, ids, batch);
         tokio::pin!(extension);
-        tokio::select! {
+        let lost = tokio::select! {
             biased;
-            () = &mut extension => {}
+            lost = &mut extension => lost,
             () = abort.cancelled() => {
-                cancel.cancel();
+                cancel_all();
                 let _ = tokio::time::timeout(GRACE, extension).await;
                 return None;
+            }
+        };
+        for id in lost {
+            if let Some(token) = ids
+                .iter()
+                .position(|&row| row == id)
+                .and_then(|i| cancel.get(i))
+            {
+                token.cancel();
             }
         }
         next = every.map(|(every, _)| Instant::now() + every.max(Duration::from_millis(5)));

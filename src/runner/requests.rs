@@ -13,20 +13,27 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use sqlx::Pool;
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{self, Backend};
 use crate::config::QueueConfig;
-use crate::dialect::{self, Args, Names, REQUESTED_IDS, RequestSql, Stmt};
+use crate::dialect::{self, Args, Names, REQUESTED_IDS, RequestSql, SWEPT, Stmt};
 use crate::error::{Error, Result};
 
-/// A queue's deliveries in work, by row id, and its table's request statements (none when the
-/// table has no cancel requests' table: then nothing is requested, and nothing read).
+/// A queue's deliveries in work (and, the lease form, rows claimed ahead of their workers), by
+/// row id, and its table's request statements (none when the table has no cancel requests'
+/// table: then nothing is read). Kept where requests are read or cancellations notified (a
+/// queue listening on its table's channel); elsewhere each entry is its delivery's alone.
 #[derive(Debug)]
 pub(super) struct Requests {
     table: Box<str>,
     sql: Option<RequestSql>,
+    /// Whether deliveries in work are kept here: requests are read, or notified.
+    kept: bool,
     in_work: Mutex<HashMap<i64, Arc<InWork>>>,
+    /// Told when a notification cancelled an entry (rows claimed ahead are looked over).
+    pub(super) changed: Notify,
 }
 
 /// One delivery in work: its cancellation, and whether a request caused it.
@@ -37,7 +44,8 @@ pub(super) struct InWork {
 }
 
 impl InWork {
-    /// Whether the delivery's job was cancelled by a request.
+    /// Whether the delivery's job was cancelled by a request (or, the lease form, a notified
+    /// cancellation).
     pub(super) fn requested(&self) -> bool {
         self.requested.load(Ordering::Acquire)
     }
@@ -52,17 +60,21 @@ impl InWork {
 static NOTIFIED: Mutex<Vec<(Box<str>, Weak<Requests>)>> = Mutex::new(Vec::new());
 
 impl Requests {
-    /// The requests of a queue of `config`; registered for notifications where it reads them.
+    /// The requests of a queue of `config`; registered for notifications where it reads them or
+    /// listens on its table's channel.
     pub(super) fn new<DB: Backend>(config: &QueueConfig) -> Arc<Self> {
         let sql = Names::of_queue(DB::DIALECT, config)
             .ok()
             .and_then(|names| dialect::cancel_requests(&names));
+        let kept = sql.is_some() || config.listen_notify;
         let requests = Arc::new(Requests {
             table: config.table.name.as_str().into(),
             sql,
+            kept,
             in_work: Mutex::new(HashMap::new()),
+            changed: Notify::new(),
         });
-        if requests.sql.is_some() {
+        if kept {
             let mut notified = NOTIFIED.lock().unwrap_or_else(|e| e.into_inner());
             notified.retain(|(_, queue)| queue.strong_count() > 0);
             notified.push((requests.table.clone(), Arc::downgrade(&requests)));
@@ -75,15 +87,15 @@ impl Requests {
         self.sql.is_some()
     }
 
-    /// Enters delivery `id` in work until the guard is dropped (where the queue reads requests:
+    /// Enters row `id` in work until the guard is dropped (where the queue keeps its deliveries:
     /// elsewhere the entry is the delivery's alone).
-    pub(super) fn enter(&self, id: i64) -> Entered<'_> {
+    pub(super) fn enter(self: &Arc<Self>, id: i64) -> Entered {
         let entry = Arc::new(InWork::default());
-        if self.read() {
+        if self.kept {
             self.lock().insert(id, Arc::clone(&entry));
         }
         Entered {
-            requests: self,
+            requests: Arc::clone(self),
             id,
             entry,
         }
@@ -98,6 +110,7 @@ impl Requests {
         if let Some(entry) = self.lock().get(&id) {
             tracing::info!(id, "cancel requested for a delivery in work");
             entry.request();
+            self.changed.notify_one();
         }
     }
 
@@ -118,18 +131,25 @@ impl Requests {
     }
 }
 
-/// A delivery's entry in its queue's deliveries in work.
+/// A row's entry in its queue's deliveries in work, until dropped.
 #[derive(Debug)]
-pub(super) struct Entered<'a> {
-    requests: &'a Requests,
+pub(super) struct Entered {
+    requests: Arc<Requests>,
     id: i64,
     pub(super) entry: Arc<InWork>,
 }
 
-impl Drop for Entered<'_> {
+impl Drop for Entered {
     fn drop(&mut self) {
-        if self.requests.read() {
-            self.requests.lock().remove(&self.id);
+        if self.requests.kept {
+            let mut in_work = self.requests.lock();
+            // A later claim of the row (settled, then claimed again) may have entered it anew.
+            if in_work
+                .get(&self.id)
+                .is_some_and(|entry| Arc::ptr_eq(entry, &self.entry))
+            {
+                in_work.remove(&self.id);
+            }
         }
     }
 }
@@ -154,7 +174,8 @@ pub(super) fn notified(table: &str, payload: &str) -> bool {
     true
 }
 
-/// Reads the requests for the queue's deliveries in work every `every` until `stop`.
+/// Reads the requests for the queue's deliveries in work every `every` until `stop`; sweeps the
+/// requests that name no unfinished row at start and every [`SWEEP_EVERY`] reads.
 pub(super) async fn watch<DB: Backend>(
     requests: Arc<Requests>,
     pool: Pool<DB>,
@@ -162,7 +183,12 @@ pub(super) async fn watch<DB: Backend>(
     stop: CancellationToken,
 ) {
     let Some(sql) = &requests.sql else { return };
+    let mut reads = 0_u32;
     loop {
+        if reads.is_multiple_of(SWEEP_EVERY) {
+            sweep::<DB>(&pool, &sql.sweep).await;
+        }
+        reads = reads.wrapping_add(1);
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(every) => {}
@@ -172,6 +198,36 @@ pub(super) async fn watch<DB: Backend>(
             match read::<DB>(&pool, &sql.requested, chunk).await {
                 Ok(found) => found.into_iter().for_each(|id| requests.requested(id)),
                 Err(error) => tracing::warn!(%error, "could not read cancel requests"),
+            }
+        }
+    }
+}
+
+/// How many reads of requests (poll intervals) apart the sweeps of requests naming no row are.
+const SWEEP_EVERY: u32 = 60;
+
+/// At most this many sweeps in a row, while each removes as many as one may.
+const SWEEPS: u32 = 10;
+
+/// Removes the requests that name no unfinished row: a runner that died between a row's removal
+/// and its request's left them. One statement per [`SWEPT`] requests, a few at most.
+async fn sweep<DB: Backend>(pool: &Pool<DB>, stmt: &Stmt) {
+    for _ in 0..SWEEPS {
+        let swept = async {
+            let mut conn = pool.acquire().await?;
+            DB::execute(&mut conn, bound::<DB>(stmt, &Args::default())).await
+        };
+        match swept.await {
+            Ok(swept) if swept > 0 => {
+                tracing::info!(swept, "removed cancel requests that name no unfinished row");
+                if swept < SWEPT {
+                    return;
+                }
+            }
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(%error, "could not sweep cancel requests naming no row");
+                return;
             }
         }
     }

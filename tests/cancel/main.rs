@@ -9,7 +9,10 @@
 //! cancelled); a finished job is "not found"; a job in work on the lease form loses its lease,
 //! its handler sees `Delivery::cancelled()` within half a lease, and its transactional writes do
 //! not commit; a row lock claim's job is said in work without waiting for its lock; the shutdown
-//! timeout fires `cancelled()`.
+//! timeout fires `cancelled()`. `batch.rs`: a batch's row cancelled in work is told alone and
+//! removed, on each form. `gaps.rs`: a lease row claimed ahead and cancelled never starts
+//! (PostgreSQL, listening); requests naming no row are swept. `pooler.rs`: cancellations of jobs
+//! in work through PgBouncer in transaction pooling (row lock and lease forms).
 
 #[allow(
     dead_code,
@@ -19,13 +22,35 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod batch;
+mod gaps;
 mod in_work;
+mod pooler;
 mod queued;
 
 /// Every test, under one path for the macros below.
 mod cases {
+    pub(crate) use crate::batch::*;
+    pub(crate) use crate::gaps::*;
     pub(crate) use crate::in_work::*;
     pub(crate) use crate::queued::*;
+
+    use crate::support::{AdvisoryForm, RowLockForm, TestDb};
+
+    /// The sweep of requests naming no row, on the form each database reads requests for.
+    pub(crate) async fn requests_naming_no_row_are_swept_by_row_lock<DB: TestDb>()
+    where
+        RowLockForm: crate::support::Form<DB>,
+    {
+        requests_naming_no_row_are_swept::<DB, RowLockForm>().await;
+    }
+
+    pub(crate) async fn requests_naming_no_row_are_swept_by_advisory<DB: TestDb>()
+    where
+        AdvisoryForm: crate::support::Form<DB>,
+    {
+        requests_naming_no_row_are_swept::<DB, AdvisoryForm>().await;
+    }
 }
 
 /// One module per database, with `cases.rs`'s tests on it as `#[tokio::test]`s under their own
@@ -45,6 +70,7 @@ macro_rules! per_database {
                 the_shutdown_timeout_fires_cancelled,
                 a_queued_job_with_requests_declared_is_removed_at_once,
                 a_missing_requests_table_is_refused_at_start,
+                a_leased_batch_row_is_cancelled_alone,
             );
             $(cases_tests!($ty: $server);)*
         }
@@ -61,20 +87,31 @@ macro_rules! cases_tests {
 }
 
 per_database! {
-    sqlite => sqlx::Sqlite;
+    sqlite => sqlx::Sqlite, requests_naming_no_row_are_swept_by_advisory;
     postgres => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,
-        a_request_outlives_a_delivery_released_unsettled;
+        a_request_outlives_a_delivery_released_unsettled,
+        a_row_lock_batch_row_is_cancelled_alone,
+        an_advisory_batch_row_is_cancelled_alone,
+        a_lease_row_cancelled_while_claimed_ahead_never_starts,
+        requests_naming_no_row_are_swept_by_row_lock;
     postgres18 => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,
-        a_request_outlives_a_delivery_released_unsettled;
+        a_request_outlives_a_delivery_released_unsettled,
+        a_row_lock_batch_row_is_cancelled_alone,
+        an_advisory_batch_row_is_cancelled_alone,
+        a_lease_row_cancelled_while_claimed_ahead_never_starts,
+        requests_naming_no_row_are_swept_by_row_lock;
     mysql => sqlx::MySql, a_row_lock_claims_job_is_said_in_work_without_waiting,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,
-        a_request_outlives_a_delivery_released_unsettled;
+        a_request_outlives_a_delivery_released_unsettled,
+        a_row_lock_batch_row_is_cancelled_alone,
+        an_advisory_batch_row_is_cancelled_alone,
+        requests_naming_no_row_are_swept_by_row_lock;
 }

@@ -163,7 +163,13 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         Some((self.duration / 2, taken))
     }
 
-    async fn extend_batch(&self, conns: &Conns<DB>, ids: &[i64], tokens: &mut Vec<Token>) {
+    async fn extend_batch(
+        &self,
+        conns: &Conns<DB>,
+        ids: &[i64],
+        tokens: &mut Vec<Token>,
+    ) -> Vec<i64> {
+        let mut lost = Vec::new();
         for (id, token) in ids.iter().zip(tokens.iter_mut()) {
             let to = Token {
                 token: self.checked.clock.after(self.duration),
@@ -171,10 +177,18 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             };
             match <Self as Form<DB>>::extend(self, conns, *id, token, &to).await {
                 Ok(true) => *token = to,
-                Ok(false) => tracing::warn!(id, "lease lost while the batch was running"),
+                Ok(false) => {
+                    tracing::warn!(
+                        id,
+                        "lease lost while the batch was running (its job cancelled, or its \
+                         lease expired and taken)"
+                    );
+                    lost.push(*id);
+                }
                 Err(error) => tracing::warn!(id, %error, "lease extension failed"),
             }
         }
+        lost
     }
 
     async fn lend(&self, conns: &Conns<DB>, _: &mut Token) -> Result<HeldConn<DB>> {
