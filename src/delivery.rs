@@ -149,11 +149,13 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
     ///
     /// | cause | when |
     /// |---|---|
-    /// | the job cancelled, lease form | at the lease's next renewal: within half the lease duration |
+    /// | the job cancelled, lease form | PostgreSQL, a runner listening (`.listen_notify()`): at once; else at the lease's next renewal: within half the lease duration |
+    /// | the job cancelled, row lock and advisory forms | PostgreSQL: at once; else at the runner's next read of requests (its poll interval) |
     /// | the lease lost | at the renewal that finds it lost |
     /// | shutdown timeout | at the timeout, just before the handler's future is dropped: what the handler spawned can stop on it |
     ///
-    /// A batch's deliveries share theirs, which fires at the shutdown timeout only.
+    /// Each delivery of a batch has its own: a cancelled row's fires alone (all of them at the
+    /// shutdown timeout).
     ///
     /// # Examples
     ///

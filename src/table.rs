@@ -181,7 +181,8 @@ impl Table {
     /// shows it per database). With it, [`cancel`](Table::cancel) also tells a job held by an
     /// advisory lock from a queued one, records a request for a job in work, and (PostgreSQL)
     /// notifies its runner at once; runners of queues on this table learn of requests for
-    /// their deliveries in work, cancel them, and remove their rows.
+    /// their deliveries in work (a batch's too), cancel them, and remove their rows, and sweep
+    /// the requests that name no unfinished row (at start and every 60 poll intervals).
     pub fn cancel_requests(mut self, table: impl Into<String>) -> Self {
         self.cancel_requests = Some(table.into());
         self

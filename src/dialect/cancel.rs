@@ -47,87 +47,6 @@ pub(crate) struct CancelSql {
 /// payload is a group name, which this control character does not begin).
 pub(crate) const CANCEL_NOTICE: &str = "\u{1}cancel ";
 
-/// The statements of a runner whose table has a cancel requests' table.
-#[derive(Debug)]
-pub(crate) struct RequestSql {
-    /// The ids among `REQUESTED_IDS` ids in work (`IdAt`) that have a request.
-    pub(crate) requested: Stmt,
-    /// The removal of row `id`'s request, once its delivery ended.
-    pub(crate) forget: Stmt,
-    /// The removal of up to [`SWEPT`] requests that name no unfinished row (left by a runner
-    /// that died between a row's removal and its request's).
-    pub(crate) sweep: Stmt,
-}
-
-/// How many requests naming no row one sweep removes, at most.
-pub(crate) const SWEPT: u64 = 100;
-
-/// How many ids one read of requests asks about (a shorter list repeats its last id).
-pub(crate) const REQUESTED_IDS: u16 = 16;
-
-/// Renders a runner's statements of cancel requests, where the table has their table.
-pub(crate) fn requests(n: &Names) -> Option<RequestSql> {
-    let requests = n.cancel_requests.as_ref()?;
-    let mut w = n.writer();
-    w.push("SELECT ");
-    as_i64(&mut w, "id");
-    w.push(" FROM ").push(requests).push(" WHERE id IN (");
-    for i in 0..REQUESTED_IDS {
-        if i > 0 {
-            w.push(", ");
-        }
-        w.param(Slot::IdAt(i));
-    }
-    w.push(")");
-    let requested = w.finish();
-    let mut w = n.writer();
-    w.push("DELETE FROM ")
-        .push(requests)
-        .push(" WHERE id = ")
-        .param(Slot::Id);
-    let forget = w.finish();
-    Some(RequestSql {
-        requested,
-        forget,
-        sweep: sweep(n, requests),
-    })
-}
-
-/// `DELETE` of up to [`SWEPT`] requests whose row is gone or finished: one statement, each
-/// request looked up by the table's primary key. MySQL/MariaDB, which cannot read the table it
-/// deletes from in a subquery, limits the `DELETE` itself (SQLite's needs a compile option).
-fn sweep(n: &Names, requests: &str) -> Stmt {
-    let mut w = n.writer();
-    let no_row = |w: &mut SqlWriter, request: &str| {
-        w.push("NOT EXISTS (SELECT 1 FROM ")
-            .push(&n.table)
-            .push(" t WHERE t.")
-            .push(&n.id)
-            .push(" = ")
-            .push(request)
-            .push(".id");
-        if let Some(processed_at) = &n.processed_at {
-            w.push(" AND t.").push(processed_at).push(" IS NULL");
-        }
-        w.push(")");
-    };
-    w.push("DELETE FROM ").push(requests).push(" WHERE ");
-    match n.dialect {
-        Dialect::MySql => {
-            no_row(&mut w, requests);
-            w.push(" LIMIT ").push(&SWEPT.to_string());
-        }
-        Dialect::Postgres | Dialect::Sqlite => {
-            w.push("id IN (SELECT r.id FROM ")
-                .push(requests)
-                .push(" r WHERE ");
-            no_row(&mut w, "r");
-            w.push(" LIMIT ").push(&SWEPT.to_string()).push(")");
-        }
-    }
-    w.finish()
-}
-
 /// Renders the cancellation's statements for table `n` (of [`Names::of_table`]).
 pub(crate) fn cancel(n: &Names) -> CancelSql {
     // Held by an advisory lock: asked where cancel requests can be recorded.
@@ -391,16 +310,16 @@ mod tests {
             lite.request.unwrap().text(),
             "INSERT OR IGNORE INTO `jobs_cancels` (id) VALUES (?)"
         );
-        let runner = requests(&names(Dialect::Sqlite, &t)).unwrap();
-        assert!(
-            runner
-                .requested
-                .text()
-                .starts_with("SELECT id FROM `jobs_cancels` WHERE id IN (?, ?, ")
-        );
-        assert_eq!(
-            runner.forget.text(),
-            "DELETE FROM `jobs_cancels` WHERE id = ?"
-        );
+    }
+
+    #[test]
+    fn a_leased_job_in_work_is_notified_on_postgres() {
+        let t = Table::new("jobs").lease("until");
+        let pg = cancel(&names(Dialect::Postgres, &t));
+        assert!(pg.request.is_none());
+        assert!(pg.notify.unwrap().text().starts_with("SELECT pg_notify("));
+        assert!(cancel(&names(Dialect::MySql, &t)).notify.is_none());
+        let queued_only = cancel(&names(Dialect::Postgres, &Table::new("jobs")));
+        assert!(queued_only.notify.is_none());
     }
 }

@@ -17,6 +17,7 @@ mod mysql;
 mod names;
 mod postgres;
 pub(crate) mod rate;
+mod requests;
 mod schedule;
 mod sqlite;
 mod stmt;
@@ -29,9 +30,7 @@ use crate::error::Result;
 pub(crate) use crate::table::Dialect;
 use crate::table::{Value, table_parts};
 
-pub(crate) use cancel::{
-    CANCEL_NOTICE, CancelSql, REQUESTED_IDS, RequestSql, SWEPT, cancel, requests as cancel_requests,
-};
+pub(crate) use cancel::{CANCEL_NOTICE, CancelSql, cancel};
 pub(crate) use common::MAX_EXCLUDED;
 pub(crate) use custom::custom;
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect, requeue};
@@ -39,6 +38,7 @@ pub(crate) use enqueue::EnqueueSql;
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
 pub(crate) use lease::{FinishMany, LeaseSql, MAX_FINISH};
 pub(crate) use names::Names;
+pub(crate) use requests::{REQUESTED_IDS, RequestSql, SWEPT, requests as cancel_requests};
 pub(crate) use schedule::{TickSql, ticks};
 pub(crate) use stmt::{Args, BySize, Slot, SqlWriter, Stmt};
 pub(crate) use types::{Kind, attempt_max, holds};

@@ -1,8 +1,8 @@
 //! Cancelling a job through the table description, on any executor: a job not in work is removed
 //! at once; a leased job in work loses its lease (removed too), which its runner learns at its
-//! next renewal; a job a row lock claim (or an advisory key) holds gets a cancel request, where
-//! the table has their table, which its runner reads — and on PostgreSQL is notified of at
-//! commit.
+//! next renewal (on PostgreSQL, notified at commit where it listens); a job a row lock claim (or
+//! an advisory key) holds gets a cancel request, where the table has their table, which its
+//! runner reads — and on PostgreSQL is notified of at commit.
 //!
 //! Each cancellation is one transaction (a savepoint inside the caller's): the row is removed
 //! where no claim holds it, or locked and read first (MySQL/MariaDB) — never read, then removed
@@ -43,8 +43,9 @@ pub enum Cancellation {
     Cancelled(i64),
     /// The job is in work. On a table with a [lease column](Table::lease) its lease is taken
     /// away — the row is deleted (or marked) already — and its handler's
-    /// [`Delivery::cancelled`](crate::Delivery::cancelled) fires at the runner's next renewal;
-    /// its settlement changes nothing. A row a row lock claim or an advisory key holds gets a
+    /// [`Delivery::cancelled`](crate::Delivery::cancelled) fires at the runner's next renewal
+    /// (PostgreSQL, a runner listening on the table's channel: at once, and a row claimed ahead
+    /// of its worker never starts); its settlement changes nothing. A row a row lock claim or an advisory key holds gets a
     /// request where the table has a [cancel requests' table](Table::cancel_requests): its
     /// runner fires `cancelled()` (PostgreSQL at once, else within its poll interval), and
     /// removes the row when the handler returns, its writes rolled back. Without that table

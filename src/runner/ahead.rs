@@ -12,7 +12,9 @@
 //! slower than that claims none ahead). Rows start in claim order. A lease that a row waited
 //! past the half of is renewed before its handler starts
 //! ([`keeper::confirm`](super::keeper::confirm)); a row whose lease was lost meanwhile is not
-//! delivered. Rows still waiting when the runner stops are released unstarted, their attempt
+//! delivered, nor one whose job a notification said cancelled while it waited (PostgreSQL, a
+//! queue listening on its table's channel): that one is removed at once, its handler never
+//! called. Rows still waiting when the runner stops are released unstarted, their attempt
 //! uncounted.
 
 use std::collections::VecDeque;

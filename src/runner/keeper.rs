@@ -194,14 +194,14 @@ pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
                 return None;
             }
         };
-        for id in lost {
-            if let Some(token) = ids
-                .iter()
-                .position(|&row| row == id)
-                .and_then(|i| cancel.get(i))
-            {
-                token.cancel();
-            }
+        let lost = ids.iter().zip(cancel).filter(|(id, _)| lost.contains(id));
+        for (&id, token) in lost.filter(|(_, token)| !token.is_cancelled()) {
+            tracing::warn!(
+                id,
+                "lease lost while the batch was running (its job cancelled, or its lease expired \
+                 and taken): its delivery is cancelled"
+            );
+            token.cancel();
         }
         next = every.map(|(every, _)| Instant::now() + every.max(Duration::from_millis(5)));
     }

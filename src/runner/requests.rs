@@ -2,10 +2,13 @@
 //! ([`Table::cancel_requests`](crate::Table::cancel_requests)): the row lock and advisory lock
 //! forms hold their rows where a cancellation cannot touch them, so it records a request, which
 //! the runner reads every poll interval for its deliveries in work — and on PostgreSQL is
-//! notified of at once (the table's channel, relayed by `notify`). A requested delivery's
-//! [`cancelled`](crate::Delivery::cancelled) fires; when its handler returns, whatever it
-//! returns, its transaction's writes roll back and its row is removed (`deliver`), and the
-//! request with it.
+//! notified of at once (the table's channel, relayed by `notify`). A lease queue listening on
+//! its table's channel is notified of its jobs cancelled in work too (their leases taken away).
+//! A requested delivery's [`cancelled`](crate::Delivery::cancelled) fires — each of a batch's
+//! alone; when its handler returns, whatever it returns, its transaction's writes roll back and
+//! its row is removed (`deliver`, `batch`), and the request with it; a row claimed ahead that is
+//! cancelled before it starts never starts (`ahead`). Requests that name no unfinished row (a
+//! runner died between a row's removal and its request's) are swept.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -177,14 +177,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             };
             match <Self as Form<DB>>::extend(self, conns, *id, token, &to).await {
                 Ok(true) => *token = to,
-                Ok(false) => {
-                    tracing::warn!(
-                        id,
-                        "lease lost while the batch was running (its job cancelled, or its \
-                         lease expired and taken)"
-                    );
-                    lost.push(*id);
-                }
+                Ok(false) => lost.push(*id),
                 Err(error) => tracing::warn!(id, %error, "lease extension failed"),
             }
         }
