@@ -12,9 +12,14 @@ pub(crate) struct RequestSql {
     pub(crate) requested: Stmt,
     /// The removal of row `id`'s request, once its delivery ended.
     pub(crate) forget: Stmt,
-    /// The removal of up to [`SWEPT`] requests that name no unfinished row (left by a runner
-    /// that died between a row's removal and its request's).
+    /// PostgreSQL, SQLite: the removal of up to [`SWEPT`] requests that name no unfinished row
+    /// (left by a runner that died between a row's removal and its request's). MySQL/MariaDB:
+    /// the read of up to [`SWEPT`] of their ids, which `sweep_ids` removes.
     pub(crate) sweep: Stmt,
+    /// MySQL/MariaDB: the removal of the requests of `REQUESTED_IDS` ids (`IdAt`). A `DELETE`
+    /// reading the job table in a subquery would lock the rows it reads there (also at READ
+    /// COMMITTED), and wait for a row lock claim's; a plain `SELECT` locks nothing.
+    pub(crate) sweep_ids: Option<Stmt>,
 }
 
 /// How many requests naming no row one sweep removes, at most.
@@ -29,14 +34,8 @@ pub(crate) fn requests(n: &Names) -> Option<RequestSql> {
     let mut w = n.writer();
     w.push("SELECT ");
     as_i64(&mut w, "id");
-    w.push(" FROM ").push(requests).push(" WHERE id IN (");
-    for i in 0..REQUESTED_IDS {
-        if i > 0 {
-            w.push(", ");
-        }
-        w.param(Slot::IdAt(i));
-    }
-    w.push(")");
+    w.push(" FROM ").push(requests).push(" WHERE ");
+    ids_in(&mut w);
     let requested = w.finish();
     let mut w = n.writer();
     w.push("DELETE FROM ")
@@ -44,44 +43,61 @@ pub(crate) fn requests(n: &Names) -> Option<RequestSql> {
         .push(" WHERE id = ")
         .param(Slot::Id);
     let forget = w.finish();
+    let sweep_ids = (n.dialect == Dialect::MySql).then(|| {
+        let mut w = n.writer();
+        w.push("DELETE FROM ").push(requests).push(" WHERE ");
+        ids_in(&mut w);
+        w.finish()
+    });
     Some(RequestSql {
         requested,
         forget,
         sweep: sweep(n, requests),
+        sweep_ids,
     })
 }
 
-/// `DELETE` of up to [`SWEPT`] requests whose row is gone or finished: one statement, each
-/// request looked up by the table's primary key. MySQL/MariaDB, which cannot read the table it
-/// deletes from in a subquery, limits the `DELETE` itself (SQLite's needs a compile option).
+/// `id IN (?, .. REQUESTED_IDS times)`.
+fn ids_in(w: &mut SqlWriter) {
+    w.push("id IN (");
+    for i in 0..REQUESTED_IDS {
+        if i > 0 {
+            w.push(", ");
+        }
+        w.param(Slot::IdAt(i));
+    }
+    w.push(")");
+}
+
+/// Up to [`SWEPT`] requests whose row is gone or finished, each looked up by the table's
+/// primary key: removed in one statement (PostgreSQL, SQLite), or read (MySQL/MariaDB).
 fn sweep(n: &Names, requests: &str) -> Stmt {
     let mut w = n.writer();
-    let no_row = |w: &mut SqlWriter, request: &str| {
-        w.push("NOT EXISTS (SELECT 1 FROM ")
-            .push(&n.table)
-            .push(" t WHERE t.")
-            .push(&n.id)
-            .push(" = ")
-            .push(request)
-            .push(".id");
-        if let Some(processed_at) = &n.processed_at {
-            w.push(" AND t.").push(processed_at).push(" IS NULL");
-        }
-        w.push(")");
-    };
-    w.push("DELETE FROM ").push(requests).push(" WHERE ");
     match n.dialect {
         Dialect::MySql => {
-            no_row(&mut w, requests);
-            w.push(" LIMIT ").push(&SWEPT.to_string());
+            w.push("SELECT ");
+            as_i64(&mut w, "sqlxq_r.id");
+            w.push(" FROM ").push(requests).push(" sqlxq_r WHERE ");
         }
         Dialect::Postgres | Dialect::Sqlite => {
-            w.push("id IN (SELECT r.id FROM ")
+            w.push("DELETE FROM ")
                 .push(requests)
-                .push(" r WHERE ");
-            no_row(&mut w, "r");
-            w.push(" LIMIT ").push(&SWEPT.to_string()).push(")");
+                .push(" WHERE id IN (SELECT sqlxq_r.id FROM ")
+                .push(requests)
+                .push(" sqlxq_r WHERE ");
         }
+    }
+    w.push("NOT EXISTS (SELECT 1 FROM ")
+        .push(&n.table)
+        .push(" sqlxq_j WHERE sqlxq_j.")
+        .push(&n.id)
+        .push(" = sqlxq_r.id");
+    if let Some(processed_at) = &n.processed_at {
+        w.push(" AND sqlxq_j.").push(processed_at).push(" IS NULL");
+    }
+    w.push(") LIMIT ").push(&SWEPT.to_string());
+    if n.dialect != Dialect::MySql {
+        w.push(")");
     }
     w.finish()
 }
@@ -108,14 +124,21 @@ mod tests {
         );
         assert_eq!(
             runner.sweep.text(),
-            "DELETE FROM `jobs_cancels` WHERE id IN (SELECT r.id FROM `jobs_cancels` r WHERE NOT EXISTS (SELECT 1 FROM `jobs` t WHERE t.`id` = r.id) LIMIT 100)"
+            "DELETE FROM `jobs_cancels` WHERE id IN (SELECT sqlxq_r.id FROM `jobs_cancels` sqlxq_r WHERE NOT EXISTS (SELECT 1 FROM `jobs` sqlxq_j WHERE sqlxq_j.`id` = sqlxq_r.id) LIMIT 100)"
         );
         let marked = t.processed_at("done");
         let my = requests(&names(Dialect::MySql, &marked)).unwrap();
         assert_eq!(
             my.sweep.text(),
-            "DELETE FROM `jobs_cancels` WHERE NOT EXISTS (SELECT 1 FROM `jobs` t WHERE t.`id` = `jobs_cancels`.id AND t.`done` IS NULL) LIMIT 100"
+            "SELECT CAST(sqlxq_r.id AS SIGNED) FROM `jobs_cancels` sqlxq_r WHERE NOT EXISTS (SELECT 1 FROM `jobs` sqlxq_j WHERE sqlxq_j.`id` = sqlxq_r.id AND sqlxq_j.`done` IS NULL) LIMIT 100"
         );
+        assert!(
+            my.sweep_ids
+                .unwrap()
+                .text()
+                .starts_with("DELETE FROM `jobs_cancels` WHERE id IN (?, ?, ")
+        );
+        assert!(runner.sweep_ids.is_none());
         assert!(requests(&names(Dialect::Sqlite, &Table::new("jobs"))).is_none());
     }
 }

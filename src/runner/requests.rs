@@ -189,7 +189,7 @@ pub(super) async fn watch<DB: Backend>(
     let mut reads = 0_u32;
     loop {
         if reads.is_multiple_of(SWEEP_EVERY) {
-            sweep::<DB>(&pool, &sql.sweep).await;
+            sweep::<DB>(&pool, sql).await;
         }
         reads = reads.wrapping_add(1);
         tokio::select! {
@@ -213,12 +213,25 @@ const SWEEP_EVERY: u32 = 60;
 const SWEEPS: u32 = 10;
 
 /// Removes the requests that name no unfinished row: a runner that died between a row's removal
-/// and its request's left them. One statement per [`SWEPT`] requests, a few at most.
-async fn sweep<DB: Backend>(pool: &Pool<DB>, stmt: &Stmt) {
+/// and its request's left them. One statement per [`SWEPT`] requests (MySQL/MariaDB: a read,
+/// then removals by id), a few at most.
+async fn sweep<DB: Backend>(pool: &Pool<DB>, sql: &RequestSql) {
     for _ in 0..SWEEPS {
         let swept = async {
             let mut conn = pool.acquire().await?;
-            DB::execute(&mut conn, bound::<DB>(stmt, &Args::default())).await
+            let Some(by_ids) = &sql.sweep_ids else {
+                return DB::execute(&mut conn, bound::<DB>(&sql.sweep, &Args::default())).await;
+            };
+            let query = bound::<DB>(&sql.sweep, &Args::default());
+            let ids = backend::fetch_i64s::<DB>(&mut conn, query).await?;
+            for chunk in ids.chunks(usize::from(REQUESTED_IDS)) {
+                let args = Args {
+                    ids: chunk,
+                    ..Args::default()
+                };
+                DB::execute(&mut conn, bound::<DB>(by_ids, &args)).await?;
+            }
+            Ok(ids.len() as u64)
         };
         match swept.await {
             Ok(swept) if swept > 0 => {

@@ -110,8 +110,10 @@ pub(crate) async fn a_lease_row_cancelled_while_claimed_ahead_never_starts<DB: T
     ctx.drop_tables().await;
 }
 
-/// Requests that name no row, or a finished one, are swept when the runner starts (more than
-/// one sweep's worth); a request naming an unfinished row stays.
+/// Requests that name no row, or a finished one, are swept when a runner starts (more than one
+/// sweep's worth), also while a row is in work (a row lock claim holds it: the sweep waits for
+/// no lock); the requests of unfinished rows stay — a queued one's, and the one in work's, which
+/// goes with its row when its handler returns.
 pub(crate) async fn requests_naming_no_row_are_swept<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
@@ -136,6 +138,34 @@ pub(crate) async fn requests_naming_no_row_are_swept<DB: TestDb, F: Form<DB>>() 
         .retry_after("retry_after")
         .processed_at("processed_at")
         .cancel_requests(&cancels);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let go = Arc::new(Notify::new());
+    let queue = || {
+        let (tx, gate) = (tx.clone(), Arc::clone(&go));
+        F::apply(Queue::table(table.clone())).handler(move |d: Delivery<DB>| {
+            let (tx, gate) = (tx.clone(), Arc::clone(&gate));
+            async move {
+                tx.send(Seen::Started(d.id())).unwrap();
+                // The row stays held until the gate opens, also once cancelled.
+                d.cancelled().await;
+                tx.send(Seen::Cancelled(d.id())).unwrap();
+                gate.notified().await;
+                Outcome::ack()
+            }
+        })
+    };
+    let start = |queue| {
+        Runner::new(ctx.pool.clone())
+            .poll_interval(Duration::from_millis(200))
+            .mount(queue)
+            .start()
+    };
+    let holding = start(queue()).await.unwrap();
+    let held = enqueue(&ctx, &table, Job::new("held")).await;
+    assert_eq!(
+        recv(&mut rx, "the held row's handler to start", 5).await,
+        Seen::Started(held)
+    );
     let later = Duration::from_secs(3600);
     let waiting = enqueue(&ctx, &table, Job::new("waiting").delay(later)).await;
     let finished = enqueue(&ctx, &table, Job::new("finished").delay(later)).await;
@@ -145,25 +175,29 @@ pub(crate) async fn requests_naming_no_row_are_swept<DB: TestDb, F: Form<DB>>() 
     .await;
     let gone: Vec<String> = (0..150).map(|i| format!("({})", 1_000_000 + i)).collect();
     ctx.exec(&format!(
-        "INSERT INTO {cancels} (id) VALUES ({waiting}), ({finished}), {}",
+        "INSERT INTO {cancels} (id) VALUES ({held}), ({waiting}), ({finished}), {}",
         gone.join(", ")
     ))
     .await;
-    let queue =
-        F::apply(Queue::table(table.clone())).handler(|_d: Delivery<DB>| async { Outcome::ack() });
-    let running = Runner::new(ctx.pool.clone())
-        .poll_interval(Duration::from_millis(200))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
-    ctx.wait_count(&cancels, "1 = 1", 1, 5).await;
+    // The first runner swept at its start; the second sweeps at its own.
+    let sweeping = start(queue()).await.unwrap();
+    ctx.wait_count(&cancels, "1 = 1", 2, 5).await;
     assert_eq!(
-        ctx.count(&cancels, &format!("id = {waiting}")).await,
-        1,
-        "the request of an unfinished row stays"
+        ctx.count(&cancels, &format!("id IN ({held}, {waiting})"))
+            .await,
+        2,
+        "the requests of unfinished rows stay"
     );
-    running.shutdown().await.unwrap();
+    assert_eq!(
+        recv(&mut rx, "the held row's request to be read", 5).await,
+        Seen::Cancelled(held)
+    );
+    go.notify_one();
+    ctx.wait_count(&cancels, "1 = 1", 1, 5).await;
+    ctx.wait_count(&t, &format!("id = {held} AND processed_at IS NULL"), 0, 5)
+        .await;
+    sweeping.shutdown().await.unwrap();
+    holding.shutdown().await.unwrap();
     ctx.exec(&format!("DROP TABLE {cancels}")).await;
     ctx.drop_tables().await;
 }
