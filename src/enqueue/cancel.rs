@@ -45,11 +45,11 @@ pub enum Cancellation {
     /// away — the row is deleted (or marked) already — and its handler's
     /// [`Delivery::cancelled`](crate::Delivery::cancelled) fires at the runner's next renewal
     /// (PostgreSQL, a runner listening on the table's channel: at once, and a row claimed ahead
-    /// of its worker never starts); its settlement changes nothing. A row a row lock claim or an advisory key holds gets a
-    /// request where the table has a [cancel requests' table](Table::cancel_requests): its
-    /// runner fires `cancelled()` (PostgreSQL at once, else within its poll interval), and
-    /// removes the row when the handler returns, its writes rolled back. Without that table
-    /// the job runs on to its end.
+    /// of its worker never starts); its settlement changes nothing. A row a row lock claim or an
+    /// advisory key holds gets a request where the table has a
+    /// [cancel requests' table](Table::cancel_requests): its runner fires `cancelled()`
+    /// (PostgreSQL at once, else within its poll interval), and removes the row when the
+    /// handler returns, its writes rolled back. Without that table the job runs on to its end.
     Requested(i64),
     /// No unfinished job has this id (or key): it finished, was cancelled before, or never was.
     NotFound,
