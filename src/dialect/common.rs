@@ -22,6 +22,10 @@ pub(super) fn claimable(w: &mut SqlWriter, n: &Names) {
         and(w);
         w.push(group).push(" = ").param(Slot::Group);
     }
+    if n.floored {
+        and(w);
+        w.push(&n.id).push(" >= ").param(Slot::Floor);
+    }
     if let Some(processed_at) = &n.processed_at {
         and(w);
         w.push(processed_at).push(" IS NULL");

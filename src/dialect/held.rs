@@ -210,8 +210,8 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
     RowLockSql {
         guard: n.fifo.as_ref().map(|fifo| guard(n, &fifo.group)),
         begin: (n.dialect == Dialect::MySql).then_some(mysql::BEGIN_READ_COMMITTED),
-        claim: claim(n),
-        claim_excluding: claim(&excluding),
+        claim: claim(&n.floored()),
+        claim_excluding: claim(&excluding.floored()),
         next: super::common::next(&excluding),
         finish: finish_by_id(n),
         retry,
@@ -302,10 +302,10 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
     take(&mut w, &one);
 
     AdvisorySql {
-        candidates: candidates(n),
-        candidates_excluding: candidates(&n.excluding()),
-        lock_many: lock_many(n),
-        lock_many_excluding: lock_many(&n.excluding()),
+        candidates: candidates(&n.floored()),
+        candidates_excluding: candidates(&n.excluding().floored()),
+        lock_many: lock_many(&n.floored()),
+        lock_many_excluding: lock_many(&n.excluding().floored()),
         unlock,
         unlock_many,
         take: w.finish(),

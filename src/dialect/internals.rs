@@ -27,6 +27,8 @@ pub enum Param {
     Limit,
     /// A time: now, or the new lease token.
     Time,
+    /// The smallest id the claim looks at (`i64::MIN`: every id).
+    Floor,
     /// Anything else (an id the claim passes over).
     Other,
 }
@@ -104,6 +106,7 @@ fn statement(stmt: &Stmt) -> Statement {
         .map(|slot| match slot {
             Slot::Group => Param::Group,
             Slot::Limit => Param::Limit,
+            Slot::Floor => Param::Floor,
             Slot::Now | Slot::NewToken | Slot::At | Slot::Token => Param::Time,
             _ => Param::Other,
         })

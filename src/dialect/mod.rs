@@ -121,8 +121,8 @@ pub(crate) fn lease(names: &Names, lease: &str, max_claim: usize) -> LeaseSql {
     lease::lease(
         names,
         lease,
-        claim(names),
-        claim(&excluding),
+        claim(&names.floored()),
+        claim(&excluding.floored()),
         common::next(&excluding),
     )
 }

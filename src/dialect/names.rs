@@ -46,6 +46,8 @@ pub(crate) struct Names {
     /// Whether claims pass over the ids bound to [`Slot::Excluded`] (the claims' variants for a
     /// queue that holds rows back).
     pub(crate) excluding: bool,
+    /// Whether claims look at ids from a floor up ([`Slot::Floor`]; claims in id order only).
+    pub(crate) floored: bool,
     /// Whether claims that hold a connection also return its server session (MySQL/MariaDB
     /// transactional row lock and advisory queues: a delivery cancelled at shutdown ends it).
     pub(crate) session: bool,
@@ -96,6 +98,7 @@ impl Names {
             one_group: table.group.is_some(),
             notify: table.notify,
             excluding: false,
+            floored: false,
             session: false,
             unprepared: dialect == Dialect::Postgres && table.pooler == Pooler::Transaction,
         })
@@ -148,6 +151,21 @@ impl Names {
             excluding: true,
             ..self.clone()
         }
+    }
+
+    /// These names for a claim's scan: from the floor up ([`Slot::Floor`]) where claims take
+    /// rows in id order alone (no priority, no FIFO or per-group condition, whose rows below the
+    /// floor become claimable as other rows settle).
+    pub(crate) fn floored(&self) -> Names {
+        Names {
+            floored: self.claims_in_id_order(),
+            ..self.clone()
+        }
+    }
+
+    /// Whether claims take rows in id order alone: no priority, no FIFO or per-group condition.
+    pub(crate) fn claims_in_id_order(&self) -> bool {
+        self.priority.is_none() && self.fifo.is_none()
     }
 
     pub(crate) fn writer(&self) -> SqlWriter {

@@ -31,6 +31,9 @@ pub(crate) enum Slot {
     Group,
     /// How many rows a claim takes.
     Limit,
+    /// The smallest id a claim looks at (`i64::MIN`: every id): the claims' floor, past the
+    /// entries of rows settled before (`form::floor`).
+    Floor,
     /// How many claimable rows a claim looks at to find `Limit` whose keys it gets (the
     /// advisory form's candidates, rows in work elsewhere among them).
     Window,
@@ -70,6 +73,7 @@ impl Slot {
             | Slot::IdAt(_)
             | Slot::Excluded(_)
             | Slot::Limit
+            | Slot::Floor
             | Slot::Window
             | Slot::Key
             | Slot::KeyClass
@@ -187,6 +191,8 @@ pub(crate) struct Args<'a> {
     pub(crate) at: Option<DateTime<Utc>>,
     pub(crate) group: Option<&'a str>,
     pub(crate) limit: i64,
+    /// The claim's floor: `None` looks at every id.
+    pub(crate) floor: Option<i64>,
     pub(crate) window: i64,
     pub(crate) payload: &'a [u8],
     pub(crate) headers: Option<&'a str>,
@@ -236,6 +242,7 @@ impl<'a> Args<'a> {
             Slot::At => Value::Time(self.at),
             Slot::Group => Value::Text(self.group),
             Slot::Limit => Value::I64(self.limit),
+            Slot::Floor => Value::I64(self.floor.unwrap_or(i64::MIN)),
             Slot::Window => Value::I64(self.window),
             Slot::Payload => Value::Bytes(self.payload),
             Slot::Headers => Value::Text(self.headers),

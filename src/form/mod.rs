@@ -17,6 +17,7 @@ mod catalog;
 mod conns;
 mod dead_table;
 mod exec;
+mod floor;
 mod held;
 pub(crate) mod lease;
 pub(crate) mod rate;

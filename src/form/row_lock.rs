@@ -242,10 +242,12 @@ impl RowLockForm {
         let checked = &self.checked;
         let mut conn = HeldConn::new(conns.get().await?);
         conn.begin(self.sql.begin).await?;
+        let floor = checked.floor.start();
         let args = Args {
             now: Some(checked.clock.now()),
             group: checked.group.as_deref(),
             limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            floor,
             excluded,
             ..Args::default()
         };
@@ -254,6 +256,9 @@ impl RowLockForm {
             _ => &self.sql.claim_excluding,
         };
         let mut rows = fetch_claimed::<DB>(&mut conn, claim, &args, checked.columns).await?;
+        checked
+            .floor
+            .claimed(floor, limit, rows.iter().map(|row| row.id));
         rows = fifo::guarded::<DB>(&mut conn, &self.sql, &args, rows, checked.columns).await?;
         if rows.is_empty() && conn.depth() > 0 {
             conn.rollback().await?;

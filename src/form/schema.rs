@@ -7,6 +7,7 @@ use chrono::Utc;
 use sqlx::Pool;
 
 use super::catalog::{self, Column, Identity, find_column};
+use super::floor::Floor;
 use super::{Custom, Dead, dead_table};
 use crate::backend::{Backend, ClaimColumns, Clock, Engine};
 use crate::config::{Event, FormKind, QueueConfig};
@@ -89,6 +90,8 @@ pub(crate) struct Checked {
     pub(crate) row: Stmt,
     pub(crate) clock: Clock,
     pub(crate) server: Server,
+    /// Where the queue's claims start reading ([`Floor`]).
+    pub(crate) floor: Floor,
 }
 
 /// Checks one queue's table, dead letter and own statements on `conn`, preparing what is the
@@ -125,6 +128,7 @@ pub(crate) async fn check<DB: Backend>(
     };
     Ok(Checked {
         row: dialect::row_by_id(&names),
+        floor: Floor::new(names.claims_in_id_order()),
         names,
         identity,
         dead,

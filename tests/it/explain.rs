@@ -98,6 +98,7 @@ pub(crate) async fn the_claim_and_the_depth_use_the_readme_index_on_a_large_tabl
             .map(|param| match param {
                 Param::Group => Bind::Text("signups"),
                 Param::Limit => Bind::Int(8_i64),
+                Param::Floor => Bind::Int(i64::MIN),
                 _ => Bind::Time(now),
             })
             .collect();

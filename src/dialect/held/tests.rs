@@ -14,7 +14,7 @@ fn row_lock_claims_one_locked_row_and_counts_on_return() {
     let sql = super::row_lock(&n);
     assert_eq!(
         sql.claim.text(),
-        r#"SELECT CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) FROM "jobs" WHERE "queue" = $1 AND ("not_before" IS NULL OR "not_before" <= $2) ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED"#
+        r#"SELECT CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT) FROM "jobs" WHERE "queue" = $1 AND "id" >= $2 AND ("not_before" IS NULL OR "not_before" <= $3) ORDER BY "id" LIMIT $4 FOR UPDATE SKIP LOCKED"#
     );
     assert_eq!(
         sql.retry.unwrap().text(),
@@ -60,7 +60,7 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
     let sql = super::advisory(&names(Dialect::Postgres, Table::new("jobs"), true));
     assert_eq!(
         sql.lock_many.unwrap().text(),
-        r#"SELECT CAST(c.sqlxq_id AS BIGINT) FROM (SELECT "id" AS sqlxq_id FROM "jobs" WHERE 1 = 1 ORDER BY "id" LIMIT $1) AS c WHERE pg_try_advisory_lock(((CAST($2 AS BIGINT) << 32) | (CAST(c.sqlxq_id AS BIGINT) & 4294967295))) LIMIT $3"#
+        r#"SELECT CAST(c.sqlxq_id AS BIGINT) FROM (SELECT "id" AS sqlxq_id FROM "jobs" WHERE "id" >= $1 ORDER BY "id" LIMIT $2) AS c WHERE pg_try_advisory_lock(((CAST($3 AS BIGINT) << 32) | (CAST(c.sqlxq_id AS BIGINT) & 4294967295))) LIMIT $4"#
     );
     assert_eq!(
         sql.take.text(),
@@ -93,7 +93,7 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
     assert!(
         lock.text().starts_with(
             "SELECT CAST(c.sqlxq_id AS SIGNED) FROM (SELECT `id` AS sqlxq_id FROM `jobs` \
-             WHERE 1 = 1 ORDER BY `id` LIMIT ?) AS c WHERE GET_LOCK(IF(CHAR_LENGTH(CONCAT(?, \
+             WHERE `id` >= ? ORDER BY `id` LIMIT ?) AS c WHERE GET_LOCK(IF(CHAR_LENGTH(CONCAT(?, \
              c.sqlxq_id)) > 64"
         ) && lock.text().ends_with(", 0) = 1 LIMIT ?"),
         "{}",

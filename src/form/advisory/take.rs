@@ -25,7 +25,9 @@ impl AdvisoryForm {
         let now = self.checked.clock.now();
         // One statement takes every key: keys are re-entrant on PostgreSQL and MySQL/MariaDB, so
         // a second statement would take again the keys of rows the first took, still claimable.
-        let mut ids = self.lock::<DB>(conn, want, now, excluded).await?;
+        let floor = self.checked.floor.start();
+        let mut ids = self.lock::<DB>(conn, want, now, floor, excluded).await?;
+        self.checked.floor.claimed(floor, want, ids.iter().copied());
         let mut full = ids.len() == want;
         let mut rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
         // Rows settled by another session since the statement's snapshot leave places a claim
@@ -38,7 +40,7 @@ impl AdvisoryForm {
             if !full || short == 0 || skip.len() > usize::from(MAX_EXCLUDED) {
                 break;
             }
-            let more = self.lock::<DB>(conn, short, now, &skip).await?;
+            let more = self.lock::<DB>(conn, short, now, floor, &skip).await?;
             full = more.len() == short;
             ids.extend(&more);
             let read = self.read_taken::<DB>(conn, &more, &ids, &rows, now).await?;
@@ -98,19 +100,21 @@ impl AdvisoryForm {
         Ok(rows)
     }
 
-    /// Takes the keys of up to `want` claimable rows without waiting:
-    /// the ids whose keys `conn` now holds.
+    /// Takes the keys of up to `want` claimable rows without waiting, from id `floor` up
+    /// ([`Floor`](crate::form::floor::Floor)): the ids whose keys `conn` now holds.
     async fn lock<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         want: usize,
         now: DateTime<Utc>,
+        floor: Option<i64>,
         excluded: &[i64],
     ) -> Result<Vec<i64>, sqlx::Error> {
         let args = Args {
             now: Some(now),
             group: self.checked.group.as_deref(),
             limit: i64::try_from(want).unwrap_or(i64::MAX),
+            floor,
             window: self.window,
             excluded,
             ..self.keys.args(0)

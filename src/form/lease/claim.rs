@@ -25,11 +25,14 @@ impl LeaseForm {
             token: checked.clock.after(self.duration),
             taken: Instant::now(),
         };
+        let asked = limit.min(self.max_claim);
+        let floor = checked.floor.start();
         let args = Args {
             now: Some(checked.clock.now()),
             new_token: Some(hold.token),
             group: checked.group.as_deref(),
-            limit: i64::try_from(limit.min(self.max_claim)).unwrap_or(i64::MAX),
+            limit: i64::try_from(asked).unwrap_or(i64::MAX),
+            floor,
             excluded,
             ..Args::default()
         };
@@ -57,6 +60,9 @@ impl LeaseForm {
         };
         let mut rows = conns.checked(claimed)?;
         conns.put(conn);
+        checked
+            .floor
+            .claimed(floor, asked, rows.iter().map(|row| row.id));
         rows.sort_unstable_by_key(|row| row.id);
         Ok((rows, hold))
     }
