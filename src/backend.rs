@@ -154,7 +154,7 @@ pub(crate) async fn fetch_ready<DB: Backend>(
 }
 
 /// One claimed row, as a claim statement returns it:
-/// `(id, payload[, attempt][, created_at][, headers][, session])`.
+/// `(id, payload[, attempt][, created_at][, headers][, key][, session])`.
 #[derive(Debug)]
 pub(crate) struct ClaimedRow {
     pub(crate) id: i64,
@@ -167,6 +167,8 @@ pub(crate) struct ClaimedRow {
     pub(crate) created_at: Option<DateTime<Utc>>,
     /// The job's headers, where the table has a headers column (else empty).
     pub(crate) headers: Headers,
+    /// The bytes of the row's key as text, where a by-key queue reads it (`None` too for NULL).
+    pub(crate) key: Option<Vec<u8>>,
     /// The server session that holds the row (MySQL/MariaDB transactional row lock and advisory
     /// claims), so a delivery cancelled at shutdown can end it.
     pub(crate) session: Option<i64>,
@@ -180,6 +182,7 @@ pub(crate) struct ClaimColumns {
     pub(crate) attempt: bool,
     pub(crate) created_at: bool,
     pub(crate) headers: bool,
+    pub(crate) key: bool,
 }
 
 /// Runs a claim and reads its rows. The id identifies a row; a value of the rest that does not
@@ -193,7 +196,8 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
     let rows = DB::fetch_all(conn, query).await?;
     let created = 2 + usize::from(columns.attempt);
     let headers = created + usize::from(columns.created_at);
-    let session = headers + usize::from(columns.headers);
+    let key = headers + usize::from(columns.headers);
+    let session = key + usize::from(columns.key);
     rows.iter()
         .map(|row| {
             let id = DB::get_i64(row, 0)?;
@@ -224,6 +228,11 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
                 .created_at
                 .then(|| DB::get_time(row, created).ok())
                 .flatten();
+            // A key that does not decode is a key of its own: the row still runs.
+            let key = match columns.key {
+                true => DB::get_bytes_or_null(row, key).ok().flatten(),
+                false => None,
+            };
             let session = match row.len() > session {
                 true => Some(DB::get_i64(row, session)?),
                 false => None,
@@ -234,6 +243,7 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
                 attempt,
                 created_at,
                 headers,
+                key,
                 session,
                 undecodable,
             })

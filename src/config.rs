@@ -14,6 +14,13 @@ pub const MAX_WORKERS: usize = 10_000;
 /// (while its handlers are quick: see the runner's claim loop).
 pub(crate) const AHEAD_PER_WORKER: usize = 3;
 
+/// The most rows a by-key queue keeps in hand per worker — in work, or waiting for the worker of
+/// their key — on the forms whose one claim serves every worker (lease, plain advisory).
+pub(crate) const BY_KEY_IN_HAND_PER_WORKER: usize = 16;
+
+/// The most rows one claim of a by-key queue takes per worker (those forms).
+pub(crate) const BY_KEY_CLAIM_PER_WORKER: usize = 4;
+
 /// The lease duration when none is given.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
@@ -86,6 +93,14 @@ impl RateLimit {
     }
 }
 
+/// Per-key order inside one process ([`Queue::workers_by_key`](crate::Queue::workers_by_key)):
+/// each row goes to the worker its key hashes to. `column`: the key's column, where it is not
+/// the table's group column.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct ByKey {
+    pub(crate) column: Option<String>,
+}
+
 /// The claim form of a mounted queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FormKind {
@@ -114,6 +129,8 @@ pub struct QueueConfig {
     pub(crate) per_group: Option<u32>,
     pub(crate) listen_notify: bool,
     pub(crate) rate: Option<RateLimit>,
+    /// Per-key order inside one process: the workers are lanes, a key's rows go to one.
+    pub(crate) by_key: Option<ByKey>,
 }
 
 impl QueueConfig {
@@ -134,6 +151,7 @@ impl QueueConfig {
             per_group: None,
             listen_notify: false,
             rate: None,
+            by_key: None,
         }
     }
 
@@ -153,8 +171,20 @@ impl QueueConfig {
     /// The most rows one claim of this queue takes: a batch, or (single deliveries of the lease
     /// form) a row per worker and the rows claimed ahead of them.
     pub(crate) fn max_claim(&self) -> usize {
-        self.batch
-            .unwrap_or(self.workers.saturating_mul(1 + self.ahead_per_worker()))
+        match (self.batch, &self.by_key) {
+            (Some(size), _) => size,
+            (None, Some(_)) => self.workers.saturating_mul(BY_KEY_CLAIM_PER_WORKER),
+            (None, None) => self.workers.saturating_mul(1 + self.ahead_per_worker()),
+        }
+    }
+
+    /// The most rows of single deliveries one claim of this queue serves keeps in hand: its
+    /// claim's, or a by-key queue's rows waiting for the worker of their key too.
+    pub(crate) fn max_in_hand(&self) -> usize {
+        match (self.batch, &self.by_key) {
+            (None, Some(_)) => self.workers.saturating_mul(BY_KEY_IN_HAND_PER_WORKER),
+            _ => self.max_claim(),
+        }
     }
 
     /// The most rows a queue of single deliveries claims ahead of each worker (the lease form):
@@ -248,6 +278,7 @@ impl QueueConfig {
             }
         }
         self.check_unique_key(queue)?;
+        self.check_by_key(queue)?;
         if self.rate.is_some() && self.table.limits.is_none() {
             return Err(Error::declaration(
                 queue,
@@ -276,8 +307,9 @@ impl QueueConfig {
             ));
         }
         match (&self.table.group, &self.name) {
-            // An unnamed FIFO or per-group queue serves every group, each within its limit.
-            (Some(_), None) if self.per_group.is_some() => Ok(()),
+            // An unnamed FIFO, per-group or by-key queue serves every group, each within its
+            // limit or in its own order.
+            (Some(_), None) if self.per_group.is_some() || self.by_key.is_some() => Ok(()),
             (Some(column), None) => Err(Error::declaration(
                 queue,
                 format!(
@@ -300,6 +332,53 @@ impl QueueConfig {
 }
 
 impl QueueConfig {
+    /// The column a by-key queue's key is read from: its own, else the table's group.
+    pub(crate) fn key_column(&self) -> Option<&str> {
+        let by_key = self.by_key.as_ref()?;
+        by_key.column.as_deref().or(self.table.group.as_deref())
+    }
+
+    /// `workers_by_key` routes single deliveries by a key of their own: it needs a key that
+    /// differs between rows, and nothing that already orders or bundles the rows.
+    fn check_by_key(&self, queue: &str) -> Result<()> {
+        let Some(by_key) = &self.by_key else {
+            return Ok(());
+        };
+        let refused = |reason: &str| Err(Error::declaration(queue, reason));
+        if self.batch.is_some() {
+            return refused(
+                "`.workers_by_key(..)` orders single deliveries: a batch hands rows of many keys \
+                 to one handler together; drop `.batch(..)` or `.workers_by_key(..)`",
+            );
+        }
+        if self.rate.is_some() {
+            return refused(
+                "`.workers_by_key(..)` keeps rows claimed for a key's worker waiting in this \
+                 process, and a rate limit's token is a start: they would start later, in a \
+                 burst; drop `.rate_limit(..)` or `.workers_by_key(..)`",
+            );
+        }
+        if self.per_group.is_some() {
+            return refused(
+                "`.workers_by_key(..)` orders a key's rows in this process, `.fifo()` and \
+                 `.per_group(..)` limit a group's rows across every runner: pick one (FIFO \
+                 already keeps a group in order)",
+            );
+        }
+        match (&by_key.column, &self.table.group, &self.name) {
+            (None, None, _) => refused(
+                "`.workers_by_key(..)` routes by the table's group column: declare it with \
+                 `Table::group(..)`, or name the key's column with `.key_column(..)`",
+            ),
+            (None, Some(_), Some(_)) => refused(
+                "`.workers_by_key(..)` routes by the group, and a named queue serves one group: \
+                 every row would have the same key; leave the queue unnamed to serve every \
+                 group, or name the key's column with `.key_column(..)`",
+            ),
+            _ => Ok(()),
+        }
+    }
+
     /// A table with a unique key must let enqueues see a job in work, so that a replace or
     /// debounce leaves it alone: a lease queue's table names its lease column; the advisory
     /// form, whose keys no statement of another session sees, is refused.

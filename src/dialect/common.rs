@@ -201,14 +201,15 @@ pub(super) fn order(w: &mut SqlWriter, n: &Names) {
     w.push(&n.id);
 }
 
-/// `[, created_at][, headers]` (named with `prefix`, e.g. `q.`) after a claim's other columns,
-/// where the claim reads the row's creation time ([`Names::read_created`]) and its headers
-/// ([`Names::headers`]).
+/// `[, created_at][, headers][, key]` (named with `prefix`, e.g. `q.`) after a claim's other
+/// columns, where the claim reads the row's creation time ([`Names::read_created`]), its headers
+/// ([`Names::headers`]) and its key ([`Names::key`]).
 pub(super) fn read_created(w: &mut SqlWriter, n: &Names, prefix: &str) {
     if let (true, Some(created_at)) = (n.read_created, &n.created_at) {
         w.push(", ").push(prefix).push(created_at);
     }
     n.read_headers(w, prefix);
+    n.read_key(w, prefix);
 }
 
 /// `id` read as a 64-bit integer (PostgreSQL decodes strictly; MySQL reads it signed).

@@ -36,6 +36,9 @@ pub(crate) struct Names {
     /// The headers column ([`Table::headers`]): enqueues write it, claims read it last (before
     /// the session).
     pub(crate) headers: Option<String>,
+    /// The key a by-key queue routes its rows by (its key column, else the group column): claims
+    /// read it after the headers.
+    pub(crate) key: Option<String>,
     /// One row in work per group at a time, in order (the lease form).
     pub(crate) fifo: Option<Fifo>,
     /// Whether claims take only the rows of one group value (a named queue), or of every group
@@ -94,6 +97,7 @@ impl Names {
                 .transpose()?,
             read_created: false,
             headers: opt(&table.headers)?,
+            key: None,
             fifo: None,
             one_group: table.group.is_some(),
             notify: table.notify,
@@ -132,6 +136,7 @@ impl Names {
                 ));
             }
         };
+        names.key = config.key_column().map(|k| dialect.quote(k)).transpose()?;
         names.session = dialect == Dialect::MySql
             && config.transactional
             && !matches!(config.form, FormKind::Lease { .. });
@@ -216,6 +221,20 @@ impl Names {
             .push(prefix)
             .push(headers)
             .push(after);
+    }
+
+    /// Reads the key column (named with `prefix`) as the bytes of its text, whatever its type;
+    /// NULL stays NULL.
+    pub(crate) fn read_key(&self, w: &mut SqlWriter, prefix: &str) {
+        let Some(key) = &self.key else {
+            return;
+        };
+        let (before, after) = match self.dialect {
+            Dialect::Postgres => ("convert_to(CAST(", " AS TEXT), 'UTF8')"),
+            Dialect::MySql => ("CAST(", " AS BINARY)"),
+            Dialect::Sqlite => ("CAST(", " AS BLOB)"),
+        };
+        w.push(", ").push(before).push(prefix).push(key).push(after);
     }
 
     /// The headers' parameter (their JSON text): on PostgreSQL cast to `jsonb`, which every

@@ -125,6 +125,7 @@ pub(crate) async fn check<DB: Backend>(
         attempt: config.attempt.is_some(),
         created_at: names.read_created,
         headers: names.headers.is_some(),
+        key: names.key.is_some(),
     };
     Ok(Checked {
         row: dialect::row_by_id(&names),

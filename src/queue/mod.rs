@@ -1,6 +1,7 @@
 //! The queue builder: a typestate chain that only lets valid queues be mounted. The typestate
 //! ends at mount: [`Mount`](crate::Mount) hands the runner a plain configuration and a handler.
 
+mod by_key;
 mod handlers;
 mod mount;
 mod rate;
@@ -9,7 +10,7 @@ pub mod state;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use crate::config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, RateLimit, SqliteMode};
+use crate::config::{ByKey, DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, RateLimit, SqliteMode};
 use crate::delivery::Plain;
 use crate::table::{DeadLetter, Table};
 use state::*;
@@ -57,6 +58,7 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     per_group: Option<u32>,
     listen_notify: bool,
     rate: Option<RateLimit>,
+    by_key: Option<ByKey>,
     form: F,
     attempt: A,
     cap: C,
@@ -78,6 +80,7 @@ impl Queue {
             per_group: None,
             listen_notify: false,
             rate: None,
+            by_key: None,
             form: NoForm,
             attempt: NoAttempt,
             cap: NoCap,
@@ -108,6 +111,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
             per_group: self.per_group,
             listen_notify: self.listen_notify,
             rate: self.rate,
+            by_key: self.by_key,
             form: form(self.form),
             attempt: attempt(self.attempt),
             cap: cap(self.cap),

@@ -39,6 +39,7 @@ where
         config.per_group = self.per_group;
         config.listen_notify = self.listen_notify;
         config.rate = self.rate;
+        config.by_key = self.by_key;
         (config, self.handler)
     }
 }

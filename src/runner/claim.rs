@@ -160,7 +160,9 @@ where
     F: Form<DB>,
     H: CallOne<DB>,
 {
-    if F::ONE_CLAIM {
+    if q.by_key {
+        super::by_key::run(q, handler).await
+    } else if F::ONE_CLAIM {
         super::ahead::run(q, handler).await
     } else {
         a_claim_per_worker(q, handler).await

@@ -8,6 +8,7 @@
 mod acks;
 mod ahead;
 mod batch;
+mod by_key;
 mod cancel;
 mod claim;
 mod deliver;

@@ -74,6 +74,8 @@ pub(super) struct Live<DB: Backend, F: Form<DB>> {
     pub(super) settled: Arc<Notify>,
     /// FIFO groups: any settlement lets the next row of its group go.
     fifo: bool,
+    /// Per-key order inside this process: the workers are lanes of keys (`by_key`).
+    pub(super) by_key: bool,
     /// Rows held back after a failure of their own.
     pub(super) quarantine: Quarantine,
     /// What the queue reports: the runner's counters, its metrics.
@@ -128,6 +130,7 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             wake: crate::enqueue::wakes(&config.table.name, config.name.as_deref()),
             settled: Arc::new(Notify::new()),
             fifo: config.per_group.is_some(),
+            by_key: config.by_key.is_some(),
             quarantine: Quarantine::default(),
             observe: Observe::new(
                 config.label(),

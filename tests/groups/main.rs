@@ -10,7 +10,9 @@
 //! per group strictly in id order (but the killed row's redelivery) and never two in work
 //! (`fifo.rs`); `per_group(3)` — never more than 3 in work per group at any instant, as the
 //! handlers see it, while the groups of fast rows drain past a saturated slow group
-//! (`per_group.rs`).
+//! (`per_group.rs`). On every form: `workers_by_key(8)` — within one runner, per key in id order
+//! and never two in work, keys in parallel; and (lease and plain advisory) a slow key holding
+//! back none of the others (`by_key.rs`).
 
 #[allow(
     dead_code,
@@ -20,6 +22,7 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod by_key;
 mod delayed;
 mod fifo;
 mod per_group;
@@ -36,6 +39,8 @@ macro_rules! per_database {
                     per_group::per_group_caps_each_group_and_never_blocks_the_others,
                 what_groups_need_is_said_at_start =>
                     refusals::what_groups_need_is_said_at_start,
+                what_workers_by_key_needs_is_said_at_start =>
+                    refusals::what_workers_by_key_needs_is_said_at_start,
             );
             $(paste_form!($ty, $form);)+
         }
@@ -50,6 +55,18 @@ macro_rules! paste_form {
                 fifo::fifo_groups_stay_in_order_across_runners_and_a_killed_one::<crate::support::LeaseForm>,
             a_fifo_row_due_again_waits_for_the_later_row_in_work_lease =>
                 delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::LeaseForm>,
+            by_key_keeps_each_key_in_order_lease =>
+                by_key::by_key_keeps_each_key_in_order::<crate::support::LeaseForm>,
+            a_slow_key_holds_back_no_other_lease =>
+                by_key::a_slow_key_holds_back_no_other::<crate::support::LeaseForm>,
+        );
+    };
+    ($ty:ty, advisory) => {
+        group_tests!($ty:
+            by_key_keeps_each_key_in_order_advisory =>
+                by_key::by_key_keeps_each_key_in_order::<crate::support::AdvisoryForm>,
+            a_slow_key_holds_back_no_other_advisory =>
+                by_key::a_slow_key_holds_back_no_other::<crate::support::AdvisoryForm>,
         );
     };
     ($ty:ty, row_lock) => {
@@ -60,6 +77,8 @@ macro_rules! paste_form {
                 delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::RowLockForm>,
             what_the_row_lock_form_cannot_guard_is_said_at_start =>
                 refusals::what_the_row_lock_form_cannot_guard_is_said_at_start::<crate::support::RowLockForm>,
+            by_key_keeps_each_key_in_order_row_lock =>
+                by_key::by_key_keeps_each_key_in_order::<crate::support::RowLockForm>,
         );
     };
 }
@@ -78,8 +97,8 @@ macro_rules! group_tests {
 }
 
 per_database! {
-    sqlite => sqlx::Sqlite, lease;
-    postgres => sqlx::Postgres, lease row_lock;
-    postgres18 => sqlx::Postgres, lease row_lock;
-    mysql => sqlx::MySql, lease row_lock;
+    sqlite => sqlx::Sqlite, lease advisory;
+    postgres => sqlx::Postgres, lease row_lock advisory;
+    postgres18 => sqlx::Postgres, lease row_lock advisory;
+    mysql => sqlx::MySql, lease row_lock advisory;
 }

@@ -73,3 +73,49 @@ pub(crate) async fn what_the_row_lock_form_cannot_guard_is_said_at_start<
     assert!(reason(&ctx, serializable).await.contains("READ COMMITTED"));
     ctx.drop_tables().await;
 }
+
+/// Every database: what `workers_by_key` cannot serve.
+pub(crate) async fn what_workers_by_key_needs_is_said_at_start<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    let named = Queue::table(table.clone())
+        .lease("locked_until")
+        .named("a")
+        .workers_by_key(2)
+        .handler(handler::<DB>());
+    assert!(reason(&ctx, named).await.contains("named queue"));
+    let ungrouped = Queue::table(Table::new(&t))
+        .lease("locked_until")
+        .workers_by_key(2)
+        .handler(handler::<DB>());
+    assert!(reason(&ctx, ungrouped).await.contains("group column"));
+    let fifo = Queue::table(table.clone())
+        .lease("locked_until")
+        .fifo()
+        .workers_by_key(2)
+        .handler(handler::<DB>());
+    assert!(reason(&ctx, fifo).await.contains("pick one"));
+    let batch = Queue::table(table.clone())
+        .lease("locked_until")
+        .workers_by_key(2)
+        .batch(4)
+        .batch_handler(|batch: Vec<Delivery<DB>>| {
+            std::future::ready(batch.iter().map(|_| Outcome::ack()).collect::<Vec<_>>())
+        });
+    assert!(reason(&ctx, batch).await.contains("batch"));
+    let rated = Queue::table(table.clone().limits("job_limits"))
+        .lease("locked_until")
+        .workers_by_key(2)
+        .rate_limit(10, std::time::Duration::from_secs(1))
+        .handler(handler::<DB>());
+    assert!(reason(&ctx, rated).await.contains("rate limit"));
+    ctx.drop_tables().await;
+}

@@ -87,7 +87,7 @@ impl<DB: Backend> Form<DB> for GroupedForm {
         checked: Checked,
     ) -> Result<Self> {
         let inner =
-            AdvisoryForm::prepare_for::<DB>(conn, config, checked, config.max_claim()).await?;
+            AdvisoryForm::prepare_for::<DB>(conn, config, checked, config.max_in_hand()).await?;
         Ok(GroupedForm {
             inner,
             sessions: Arc::new(Semaphore::new(config.workers)),

@@ -1,0 +1,281 @@
+//! Per-key order inside one process (`Queue::workers_by_key`): the queue's workers are lanes,
+//! and each claimed row goes to the lane its key hashes to, where it waits for the rows before
+//! it. A lane runs one delivery at a time, in the order its rows came, so the rows of one key
+//! start in claim order and never two at once; other lanes go on meanwhile.
+//!
+//! One loop claims for every lane, so claims are in turn and rows reach their lanes in claim
+//! order (the claim's id order). It claims while a lane is idle, up to
+//! [`BY_KEY_IN_HAND_PER_WORKER`] rows per lane in hand: rows of a slow key wait in its lane without holding back the claims for
+//! the others, until the queue's rows in hand reach that bound. The forms that hold a
+//! connection per row (row lock, transactional advisory) keep at most a row per worker in hand
+//! (their connections); a plain advisory claim's session stays open while one of its rows
+//! waits. A lease that a waiting row held for half its duration is given back, with the rows
+//! after it in its lane (so the key's order stays), rather than extended in the lane. Rows
+//! still waiting when the runner stops are released unstarted.
+
+use std::collections::VecDeque;
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+use super::claim::{Pace, release};
+use super::deliver::deliver;
+use super::queue::Live;
+use super::stats::{Counters, QueueReport};
+use crate::backend::{Backend, ClaimedRow};
+use crate::config::{BY_KEY_CLAIM_PER_WORKER, BY_KEY_IN_HAND_PER_WORKER};
+use crate::form::Form;
+use crate::form::lease::MAX_CLAIM;
+use crate::handler::CallOne;
+
+/// One worker: the rows routed to it, in claim order.
+#[derive(Debug)]
+struct Lane<H> {
+    rows: Mutex<VecDeque<(ClaimedRow, H)>>,
+    /// Rows in hand: waiting here, or in work.
+    load: AtomicUsize,
+    /// A row was added.
+    added: Notify,
+}
+
+impl<H> Lane<H> {
+    fn rows(&self) -> MutexGuard<'_, VecDeque<(ClaimedRow, H)>> {
+        self.rows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The lanes of a queue, and what its claim loop waits for.
+#[derive(Debug)]
+struct Lanes<H> {
+    lanes: Vec<Lane<H>>,
+    /// A row in hand ended (settled, released or given back).
+    ended: Notify,
+    /// Rows were routed (the give-back of stale leases looks again).
+    routed: Notify,
+    released: AtomicU64,
+}
+
+impl<H> Lanes<H> {
+    fn new(n: usize) -> Self {
+        Lanes {
+            lanes: (0..n)
+                .map(|_| Lane {
+                    rows: Mutex::default(),
+                    load: AtomicUsize::new(0),
+                    added: Notify::new(),
+                })
+                .collect(),
+            ended: Notify::new(),
+            routed: Notify::new(),
+            released: AtomicU64::new(0),
+        }
+    }
+
+    fn in_hand(&self) -> usize {
+        self.lanes
+            .iter()
+            .map(|l| l.load.load(Ordering::Acquire))
+            .sum()
+    }
+
+    fn idle(&self) -> usize {
+        let idle = |l: &&Lane<H>| l.load.load(Ordering::Acquire) == 0;
+        self.lanes.iter().filter(idle).count()
+    }
+
+    /// The lane of a row's key: a NULL key (or one that did not decode) is a key of its own.
+    fn of(&self, key: Option<&[u8]>) -> &Lane<H> {
+        let mut hasher = DefaultHasher::new();
+        key.hash(&mut hasher);
+        let n = self.lanes.len() as u64;
+        let lane = usize::try_from(hasher.finish() % n).expect("below the lanes' count");
+        &self.lanes[lane]
+    }
+
+    fn route(&self, row: ClaimedRow, hold: H) {
+        let lane = self.of(row.key.as_deref());
+        lane.load.fetch_add(1, Ordering::AcqRel);
+        lane.rows().push_back((row, hold));
+        lane.added.notify_one();
+    }
+
+    fn end(&self, lane: &Lane<H>) {
+        lane.load.fetch_sub(1, Ordering::AcqRel);
+        self.ended.notify_one();
+    }
+}
+
+/// Runs a by-key queue of single deliveries until the runner stops; what it released.
+pub(super) async fn run<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>) -> QueueReport
+where
+    DB: Backend,
+    F: Form<DB>,
+    H: CallOne<DB>,
+{
+    let lanes = Arc::new(Lanes::<F::Hold>::new(q.workers));
+    // The forms that hold a connection per row keep one row in hand per worker.
+    let (most, per_claim) = match F::ONE_CLAIM {
+        true => (
+            q.workers * BY_KEY_IN_HAND_PER_WORKER,
+            q.workers * BY_KEY_CLAIM_PER_WORKER,
+        ),
+        false => (q.workers, 1),
+    };
+    let tasks = TaskTracker::new();
+    for lane in 0..q.workers {
+        let (q, handler, lanes) = (Arc::clone(&q), Arc::clone(&handler), Arc::clone(&lanes));
+        tasks.spawn(async move { work(&q, &*handler, &lanes, lane).await });
+    }
+    tasks.spawn(give_back_stale(Arc::clone(&q), Arc::clone(&lanes)));
+    let mut pace = Pace::default();
+    loop {
+        let room = most.saturating_sub(lanes.in_hand());
+        let want = room.min(per_claim).min(MAX_CLAIM);
+        // Claim for an idle lane only: rows for busy ones would wait, and the claim does not
+        // know which lanes its rows go to before it takes them.
+        if want == 0 || lanes.idle() == 0 {
+            tokio::select! {
+                biased;
+                () = q.shared.stop.cancelled() => break,
+                () = lanes.ended.notified() => continue,
+            }
+        }
+        let Some(want) = super::rate::tokens(&q, want).await else {
+            break;
+        };
+        let excluded = || q.quarantine.excluded();
+        let claimed = match q
+            .form
+            .claim(&q.conns, want, (0, q.workers), &excluded)
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(failed) => {
+                super::rate::unused(&q, want, 0).await;
+                if pace.failed(&q, failed).await {
+                    continue;
+                }
+                break;
+            }
+        };
+        let got = claimed.len();
+        Counters::add(&q.stats().claimed, got as u64);
+        super::rate::unused(&q, want, got).await;
+        if q.stopping() {
+            for (row, hold) in claimed {
+                let released = release(&q, &row, hold).await;
+                lanes.released.fetch_add(released, Ordering::Relaxed);
+            }
+            break;
+        }
+        for (row, hold) in claimed {
+            lanes.route(row, hold);
+        }
+        lanes.routed.notify_one();
+        let idle = lanes.in_hand() == 0;
+        if !pace.claimed(&q, got == want, idle).await {
+            break;
+        }
+    }
+    tasks.close();
+    tasks.wait().await;
+    // Rows routed as the lanes stopped.
+    for lane in &lanes.lanes {
+        let left: Vec<_> = lane.rows().drain(..).collect();
+        for (row, hold) in left {
+            let released = release(&q, &row, hold).await;
+            lanes.released.fetch_add(released, Ordering::Relaxed);
+        }
+    }
+    q.report(lanes.released.load(Ordering::Relaxed))
+}
+
+/// One lane: its rows one at a time, in the order they came, until the runner stops; then the
+/// rows still waiting go back unstarted.
+async fn work<DB, F, H>(q: &Live<DB, F>, handler: &H, lanes: &Lanes<F::Hold>, lane: usize)
+where
+    DB: Backend,
+    F: Form<DB>,
+    H: CallOne<DB>,
+{
+    let lane = &lanes.lanes[lane];
+    loop {
+        let next = lane.rows().pop_front();
+        let Some((row, hold)) = next else {
+            tokio::select! {
+                biased;
+                () = q.shared.stop.cancelled() => return,
+                () = lane.added.notified() => continue,
+            }
+        };
+        if q.stopping() {
+            let released = release(q, &row, hold).await;
+            lanes.released.fetch_add(released, Ordering::Relaxed);
+        } else {
+            q.stats().in_work.fetch_add(1, Ordering::Relaxed);
+            deliver(q, handler, row, hold, None).await;
+            q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
+        }
+        lanes.end(lane);
+    }
+}
+
+/// Gives back the rows that waited in their lane half their lease, each with the rows after it
+/// in its lane, their attempts uncounted, until the runner stops: the lease would expire before
+/// the row starts, and a claim (this runner's too) would take it again, out of its key's order.
+/// (A hold without a lease never goes stale.)
+async fn give_back_stale<DB, F>(q: Arc<Live<DB, F>>, lanes: Arc<Lanes<F::Hold>>)
+where
+    DB: Backend,
+    F: Form<DB>,
+{
+    let stale_at = |hold: &F::Hold| {
+        q.form
+            .extend_every(hold)
+            .map(|(every, since)| since + every)
+    };
+    loop {
+        let first = lanes
+            .lanes
+            .iter()
+            .filter_map(|lane| lane.rows().iter().filter_map(|(_, h)| stale_at(h)).min())
+            .min();
+        let wait = async {
+            match first {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => lanes.routed.notified().await,
+            }
+        };
+        tokio::select! {
+            biased;
+            () = q.shared.stop.cancelled() => return,
+            () = wait => {}
+        }
+        let now = Instant::now();
+        for lane in &lanes.lanes {
+            let stale: Vec<_> = {
+                let mut rows = lane.rows();
+                match rows
+                    .iter()
+                    .position(|(_, hold)| stale_at(hold).is_some_and(|at| at <= now))
+                {
+                    Some(from) => rows.drain(from..).collect(),
+                    None => continue,
+                }
+            };
+            for (row, hold) in stale {
+                tracing::debug!(
+                    queue = %q.label,
+                    id = row.id,
+                    "a row waited half its lease for its key's worker: given back"
+                );
+                release(&q, &row, hold).await;
+                lanes.end(lane);
+            }
+        }
+    }
+}
