@@ -239,10 +239,14 @@ pub(crate) async fn a_slow_key_holds_back_no_other<DB: TestDb, F: Form<DB>>() {
         .await
         .unwrap();
     wait_for(
-        "every row to be handled",
-        BOUND + Duration::from_secs(30),
-        || async { ctx.count(&t, "1 = 1").await == 0 },
+        "the other keys' rows, while the slow key's first row is in work",
+        BOUND,
+        || async { others_done.load(Ordering::SeqCst) == 3 * ROWS_PER_KEY },
     )
+    .await;
+    wait_for("every row to be handled", BOUND, || async {
+        ctx.count(&t, "1 = 1").await == 0
+    })
     .await;
     running.shutdown().await.unwrap();
     pool.close().await;
@@ -251,5 +255,74 @@ pub(crate) async fn a_slow_key_holds_back_no_other<DB: TestDb, F: Form<DB>>() {
         "the slow key's handler waited {BOUND:?} for the other keys: they were held back"
     );
     seen.check_order();
+    ctx.drop_tables().await;
+}
+
+/// One key's 10 rows on 2 workers: its first row in work, the rows claimed after it wait in its
+/// lane; shutdown cancels the first and releases all of them unsettled, their attempts as they
+/// were (the cancelled one's counted where its form counts at the take).
+pub(crate) async fn rows_waiting_for_their_key_are_released_at_shutdown<DB: TestDb, F: Form<DB>>()
+{
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    enqueue(&ctx, &t, std::iter::repeat_n(0, 10)).await;
+    let started = Arc::new(AtomicUsize::new(0));
+    let handler = {
+        let started = Arc::clone(&started);
+        move |d: Delivery<DB>| {
+            let started = Arc::clone(&started);
+            async move {
+                started.fetch_add(1, Ordering::SeqCst);
+                // Until the shutdown timeout cancels it.
+                let _ = tokio::time::timeout(BOUND, d.cancelled()).await;
+                Outcome::ack()
+            }
+        }
+    };
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    let queue = F::apply(Queue::table(table))
+        .attempt("attempt")
+        .workers_by_key(2)
+        .handler(handler);
+    let pool = ctx.pool(4).await;
+    let running = Runner::new(pool.clone())
+        .poll_interval(Duration::from_millis(20))
+        .shutdown_timeout(Duration::from_millis(200))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    // The lease and plain advisory forms claim every row (16 in hand per worker); the row lock
+    // form a row per worker (its connections).
+    let waiting = if F::NAME == "row_lock" { 2 } else { 10 };
+    wait_for("the rows claimed for the busy key", BOUND, || async {
+        running.stats().claimed >= waiting && started.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    let report = running.shutdown().await.unwrap();
+    pool.close().await;
+    assert_eq!(started.load(Ordering::SeqCst), 1, "one row of the key started");
+    assert_eq!(
+        (report.cancelled, report.released, report.unreleased),
+        (1, waiting, 0),
+        "the row in work cancelled, every row claimed released: {report:?}"
+    );
+    assert_eq!(ctx.count(&t, "1 = 1").await, 10, "no row settled");
+    let counted = i64::from(F::COUNTS_AT_TAKE);
+    assert_eq!(
+        ctx.count(&t, "attempt = 1").await,
+        10 - counted,
+        "only a cancelled take keeps its attempt"
+    );
+    if F::NAME == "lease" {
+        assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 0, "no lease left");
+    }
     ctx.drop_tables().await;
 }

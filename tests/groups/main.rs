@@ -57,6 +57,8 @@ macro_rules! paste_form {
                 delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::LeaseForm>,
             by_key_keeps_each_key_in_order_lease =>
                 by_key::by_key_keeps_each_key_in_order::<crate::support::LeaseForm>,
+            rows_waiting_for_their_key_are_released_at_shutdown_lease =>
+                by_key::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::LeaseForm>,
             a_slow_key_holds_back_no_other_lease =>
                 by_key::a_slow_key_holds_back_no_other::<crate::support::LeaseForm>,
         );
@@ -65,6 +67,8 @@ macro_rules! paste_form {
         group_tests!($ty:
             by_key_keeps_each_key_in_order_advisory =>
                 by_key::by_key_keeps_each_key_in_order::<crate::support::AdvisoryForm>,
+            rows_waiting_for_their_key_are_released_at_shutdown_advisory =>
+                by_key::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::AdvisoryForm>,
             a_slow_key_holds_back_no_other_advisory =>
                 by_key::a_slow_key_holds_back_no_other::<crate::support::AdvisoryForm>,
         );
@@ -79,6 +83,8 @@ macro_rules! paste_form {
                 refusals::what_the_row_lock_form_cannot_guard_is_said_at_start::<crate::support::RowLockForm>,
             by_key_keeps_each_key_in_order_row_lock =>
                 by_key::by_key_keeps_each_key_in_order::<crate::support::RowLockForm>,
+            rows_waiting_for_their_key_are_released_at_shutdown_row_lock =>
+                by_key::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::RowLockForm>,
         );
     };
 }

@@ -136,3 +136,30 @@ fn row_lock_fifo_claims_a_group_s_first_due_row_and_guards_the_group_s_first_row
         r#"SELECT CAST("id" AS BIGINT), "payload" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) AND NOT EXISTS (SELECT 1 FROM "jobs" AS h WHERE h."queue" = "jobs"."queue" AND h."id" < "jobs"."id" AND (h."not_before" IS NULL OR h."not_before" <= $2)) ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED"#
     );
 }
+
+#[test]
+fn a_by_key_claim_reads_the_key_as_the_bytes_of_its_text_after_the_headers() {
+    let keyed = |dialect: Dialect| {
+        let mut n = names(dialect, Table::new("jobs").headers("headers"), false);
+        n.key = Some(dialect.quote("account").unwrap());
+        n
+    };
+    let sql = super::row_lock(&keyed(Dialect::Postgres));
+    assert_eq!(
+        sql.claim.text(),
+        r#"SELECT CAST("id" AS BIGINT), "payload", CAST("attempt" AS BIGINT), convert_to("headers"::text, 'UTF8'), convert_to(CAST("account" AS TEXT), 'UTF8') FROM "jobs" WHERE 1 = 1 ORDER BY "id" LIMIT $1 FOR UPDATE SKIP LOCKED"#
+    );
+    let sql = super::row_lock(&keyed(Dialect::MySql));
+    assert!(
+        sql.claim.text().starts_with(
+            "SELECT CAST(`id` AS SIGNED), `payload`, CAST(`attempt` AS SIGNED), \
+             CAST(CONVERT(`headers` USING utf8mb4) AS BINARY), CAST(`account` AS BINARY) FROM"
+        ),
+        "{}",
+        sql.claim.text()
+    );
+    let n = keyed(Dialect::Sqlite);
+    let mut w = n.writer();
+    n.read_key(&mut w, "q.");
+    assert_eq!(w.finish().text(), ", CAST(q.`account` AS BLOB)");
+}
