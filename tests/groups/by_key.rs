@@ -326,3 +326,70 @@ pub(crate) async fn rows_waiting_for_their_key_are_released_at_shutdown<DB: Test
     }
     ctx.drop_tables().await;
 }
+
+/// The lease form, a lease of 300 ms: one key's rows wait in its lane behind a first row of
+/// 1.2 s; each is given back at half its lease and claimed again, its attempt uncounted, so
+/// every row runs once, in id order, on its first attempt (without the give-back their leases
+/// would expire in the lane, and each claim after would count an attempt more).
+pub(crate) async fn a_row_waiting_past_half_its_lease_goes_back_uncounted<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            group: true,
+            ..Spec::lease()
+        })
+        .await;
+    enqueue(&ctx, &t, std::iter::repeat_n(0, 6)).await;
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let handler = {
+        let runs = Arc::clone(&runs);
+        move |d: Delivery<DB>| {
+            let runs = Arc::clone(&runs);
+            async move {
+                let first = runs.lock().unwrap().is_empty();
+                runs.lock().unwrap().push((d.id(), d.attempt()));
+                if first {
+                    // The first row's work: its rows after it wait four leases.
+                    tokio::time::sleep(Duration::from_millis(1200)).await;
+                }
+                Outcome::ack()
+            }
+        }
+    };
+    let table = Table::new(&t).group("queue").retry_after("retry_after");
+    let queue = Queue::table(table)
+        .lease("locked_until")
+        .lease_duration(Duration::from_millis(300))
+        .attempt("attempt")
+        .workers_by_key(2)
+        .handler(handler);
+    let pool = ctx.pool(4).await;
+    let running = Runner::new(pool.clone())
+        .poll_interval(Duration::from_millis(20))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    wait_for("every row to be handled", BOUND, || async {
+        ctx.count(&t, "1 = 1").await == 0
+    })
+    .await;
+    let claimed = running.stats().claimed;
+    running.shutdown().await.unwrap();
+    pool.close().await;
+    let runs = runs.lock().unwrap().clone();
+    let ids: Vec<i64> = runs.iter().map(|(id, _)| *id).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(ids, sorted, "each row once, in id order");
+    assert_eq!(ids.len(), 6);
+    assert!(
+        runs.iter().all(|(_, attempt)| *attempt == 1),
+        "a row given back kept its attempt: {runs:?}"
+    );
+    assert!(claimed > 6, "the waiting rows were given back and claimed again");
+    ctx.drop_tables().await;
+}

@@ -61,6 +61,8 @@ macro_rules! paste_form {
                 by_key::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::LeaseForm>,
             a_slow_key_holds_back_no_other_lease =>
                 by_key::a_slow_key_holds_back_no_other::<crate::support::LeaseForm>,
+            a_row_waiting_past_half_its_lease_goes_back_uncounted =>
+                by_key::a_row_waiting_past_half_its_lease_goes_back_uncounted,
         );
     };
     ($ty:ty, advisory) => {
