@@ -261,8 +261,7 @@ pub(crate) async fn a_slow_key_holds_back_no_other<DB: TestDb, F: Form<DB>>() {
 /// One key's 10 rows on 2 workers: its first row in work, the rows claimed after it wait in its
 /// lane; shutdown cancels the first and releases all of them unsettled, their attempts as they
 /// were (the cancelled one's counted where its form counts at the take).
-pub(crate) async fn rows_waiting_for_their_key_are_released_at_shutdown<DB: TestDb, F: Form<DB>>()
-{
+pub(crate) async fn rows_waiting_for_their_key_are_released_at_shutdown<DB: TestDb, F: Form<DB>>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -308,7 +307,11 @@ pub(crate) async fn rows_waiting_for_their_key_are_released_at_shutdown<DB: Test
     .await;
     let report = running.shutdown().await.unwrap();
     pool.close().await;
-    assert_eq!(started.load(Ordering::SeqCst), 1, "one row of the key started");
+    assert_eq!(
+        started.load(Ordering::SeqCst),
+        1,
+        "one row of the key started"
+    );
     assert_eq!(
         (report.cancelled, report.released, report.unreleased),
         (1, waiting, 0),
@@ -322,7 +325,11 @@ pub(crate) async fn rows_waiting_for_their_key_are_released_at_shutdown<DB: Test
         "only a cancelled take keeps its attempt"
     );
     if F::NAME == "lease" {
-        assert_eq!(ctx.count(&t, "locked_until IS NOT NULL").await, 0, "no lease left");
+        assert_eq!(
+            ctx.count(&t, "locked_until IS NOT NULL").await,
+            0,
+            "no lease left"
+        );
     }
     ctx.drop_tables().await;
 }
@@ -390,6 +397,9 @@ pub(crate) async fn a_row_waiting_past_half_its_lease_goes_back_uncounted<DB: Te
         runs.iter().all(|(_, attempt)| *attempt == 1),
         "a row given back kept its attempt: {runs:?}"
     );
-    assert!(claimed > 6, "the waiting rows were given back and claimed again");
+    assert!(
+        claimed > 6,
+        "the waiting rows were given back and claimed again"
+    );
     ctx.drop_tables().await;
 }
