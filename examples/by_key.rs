@@ -89,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     running.shutdown().await?;
 
-    let applied = applied.lock().unwrap_or_else(|e| e.into_inner());
+    let applied = std::mem::take(&mut *applied.lock().unwrap_or_else(|e| e.into_inner()));
     for account in ["alice", "bob", "carol"] {
         let entries = &applied[account];
         let expected: Vec<String> = (1..=5).map(|n| format!("{account} #{n}")).collect();
