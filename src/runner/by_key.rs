@@ -25,6 +25,7 @@ use tokio_util::task::TaskTracker;
 use super::claim::{Pace, release};
 use super::deliver::deliver;
 use super::queue::Live;
+use super::requests::Entered;
 use super::stats::{Counters, QueueReport};
 use crate::backend::{Backend, ClaimedRow};
 use crate::config::{BY_KEY_CLAIM_PER_WORKER, BY_KEY_IN_HAND_PER_WORKER};
@@ -32,10 +33,14 @@ use crate::form::Form;
 use crate::form::lease::MAX_CLAIM;
 use crate::handler::CallOne;
 
+/// A row waiting in its lane: entered in the queue's deliveries in work at its claim, so that a
+/// cancel request for it is seen (its handler is then never called).
+type Waiting<H> = (ClaimedRow, H, Entered);
+
 /// One worker: the rows routed to it, in claim order.
 #[derive(Debug)]
 struct Lane<H> {
-    rows: Mutex<VecDeque<(ClaimedRow, H)>>,
+    rows: Mutex<VecDeque<Waiting<H>>>,
     /// Rows in hand: waiting here, or in work.
     load: AtomicUsize,
     /// A row was added.
@@ -43,7 +48,7 @@ struct Lane<H> {
 }
 
 impl<H> Lane<H> {
-    fn rows(&self) -> MutexGuard<'_, VecDeque<(ClaimedRow, H)>> {
+    fn rows(&self) -> MutexGuard<'_, VecDeque<Waiting<H>>> {
         self.rows.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -96,10 +101,10 @@ impl<H> Lanes<H> {
         &self.lanes[lane]
     }
 
-    fn route(&self, row: ClaimedRow, hold: H) {
+    fn route(&self, row: ClaimedRow, hold: H, entered: Entered) {
         let lane = self.of(row.key.as_deref());
         lane.load.fetch_add(1, Ordering::AcqRel);
-        lane.rows().push_back((row, hold));
+        lane.rows().push_back((row, hold, entered));
         lane.added.notify_one();
     }
 
@@ -173,7 +178,8 @@ where
             break;
         }
         for (row, hold) in claimed {
-            lanes.route(row, hold);
+            let entered = q.requests.enter(row.id);
+            lanes.route(row, hold, entered);
         }
         lanes.routed.notify_one();
         let idle = lanes.in_hand() == 0;
@@ -186,7 +192,7 @@ where
     // Rows routed as the lanes stopped.
     for lane in &lanes.lanes {
         let left: Vec<_> = lane.rows().drain(..).collect();
-        for (row, hold) in left {
+        for (row, hold, _) in left {
             let released = release(&q, &row, hold).await;
             lanes.released.fetch_add(released, Ordering::Relaxed);
         }
@@ -205,7 +211,7 @@ where
     let lane = &lanes.lanes[lane];
     loop {
         let next = lane.rows().pop_front();
-        let Some((row, hold)) = next else {
+        let Some((row, hold, entered)) = next else {
             tokio::select! {
                 biased;
                 () = q.shared.stop.cancelled() => return,
@@ -217,7 +223,7 @@ where
             lanes.released.fetch_add(released, Ordering::Relaxed);
         } else {
             q.stats().in_work.fetch_add(1, Ordering::Relaxed);
-            deliver(q, handler, row, hold, None).await;
+            deliver(q, handler, row, hold, None, entered).await;
             q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
         }
         lanes.end(lane);
@@ -242,7 +248,7 @@ where
         let first = lanes
             .lanes
             .iter()
-            .filter_map(|lane| lane.rows().iter().filter_map(|(_, h)| stale_at(h)).min())
+            .filter_map(|lane| lane.rows().iter().filter_map(|(_, h, _)| stale_at(h)).min())
             .min();
         let wait = async {
             match first {
@@ -261,13 +267,13 @@ where
                 let mut rows = lane.rows();
                 match rows
                     .iter()
-                    .position(|(_, hold)| stale_at(hold).is_some_and(|at| at <= now))
+                    .position(|(_, hold, _)| stale_at(hold).is_some_and(|at| at <= now))
                 {
                     Some(from) => rows.drain(from..).collect(),
                     None => continue,
                 }
             };
-            for (row, hold) in stale {
+            for (row, hold, _) in stale {
                 tracing::debug!(
                     queue = %q.label,
                     id = row.id,

@@ -12,7 +12,8 @@
 //! handlers see it, while the groups of fast rows drain past a saturated slow group
 //! (`per_group.rs`). On every form: `workers_by_key(8)` — within one runner, per key in id order
 //! and never two in work, keys in parallel; and (lease and plain advisory) a slow key holding
-//! back none of the others (`by_key.rs`).
+//! back none of the others (`by_key.rs`); rows waiting for their key's worker released at shutdown,
+//! and (lease) given back uncounted at half their lease (`by_key_hold.rs`).
 
 #[allow(
     dead_code,
@@ -23,6 +24,7 @@
 mod support;
 
 mod by_key;
+mod by_key_hold;
 mod delayed;
 mod fifo;
 mod per_group;
@@ -58,11 +60,11 @@ macro_rules! paste_form {
             by_key_keeps_each_key_in_order_lease =>
                 by_key::by_key_keeps_each_key_in_order::<crate::support::LeaseForm>,
             rows_waiting_for_their_key_are_released_at_shutdown_lease =>
-                by_key::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::LeaseForm>,
+                by_key_hold::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::LeaseForm>,
             a_slow_key_holds_back_no_other_lease =>
                 by_key::a_slow_key_holds_back_no_other::<crate::support::LeaseForm>,
             a_row_waiting_past_half_its_lease_goes_back_uncounted =>
-                by_key::a_row_waiting_past_half_its_lease_goes_back_uncounted,
+                by_key_hold::a_row_waiting_past_half_its_lease_goes_back_uncounted,
         );
     };
     ($ty:ty, advisory) => {
@@ -70,7 +72,7 @@ macro_rules! paste_form {
             by_key_keeps_each_key_in_order_advisory =>
                 by_key::by_key_keeps_each_key_in_order::<crate::support::AdvisoryForm>,
             rows_waiting_for_their_key_are_released_at_shutdown_advisory =>
-                by_key::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::AdvisoryForm>,
+                by_key_hold::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::AdvisoryForm>,
             a_slow_key_holds_back_no_other_advisory =>
                 by_key::a_slow_key_holds_back_no_other::<crate::support::AdvisoryForm>,
         );
@@ -86,7 +88,7 @@ macro_rules! paste_form {
             by_key_keeps_each_key_in_order_row_lock =>
                 by_key::by_key_keeps_each_key_in_order::<crate::support::RowLockForm>,
             rows_waiting_for_their_key_are_released_at_shutdown_row_lock =>
-                by_key::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::RowLockForm>,
+                by_key_hold::rows_waiting_for_their_key_are_released_at_shutdown::<crate::support::RowLockForm>,
         );
     };
 }
