@@ -168,9 +168,11 @@ impl Names {
         }
     }
 
-    /// Whether claims take rows in id order alone: no priority, no FIFO or per-group condition.
+    /// Whether claims take rows in id order alone: no priority, no FIFO or per-group condition
+    /// — and no by-key queue's, whose row given back below the floor (a lease that waited in its
+    /// key's lane) must be claimed again before the later rows of its key.
     pub(crate) fn claims_in_id_order(&self) -> bool {
-        self.priority.is_none() && self.fifo.is_none()
+        self.priority.is_none() && self.fifo.is_none() && self.key.is_none()
     }
 
     pub(crate) fn writer(&self) -> SqlWriter {

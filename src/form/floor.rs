@@ -16,8 +16,9 @@
 //! and at least every [`RESCAN`] otherwise, so such a row waits at most that much longer.
 //!
 //! Only claims in id order use a floor: with a priority, or a FIFO or per-group condition (a
-//! row below the floor becomes claimable as the rows before it settle), claims read from the
-//! start ([`Names::floored`](crate::dialect::Names::floored)).
+//! row below the floor becomes claimable as the rows before it settle), and for a by-key queue
+//! (a row given back below the floor must come before the later rows of its key), claims read
+//! from the start ([`Names::floored`](crate::dialect::Names::floored)).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;

@@ -61,6 +61,10 @@ struct Lanes<H> {
     ended: Notify,
     /// Rows were routed (the give-back of stale leases looks again).
     routed: Notify,
+    /// Held by a claim until its rows are routed, and by a give-back until its rows are all
+    /// released: a claim never sees part of a give-back, which would take the later rows of a
+    /// key before its earlier ones.
+    claiming: tokio::sync::Mutex<()>,
     released: AtomicU64,
 }
 
@@ -76,6 +80,7 @@ impl<H> Lanes<H> {
                 .collect(),
             ended: Notify::new(),
             routed: Notify::new(),
+            claiming: tokio::sync::Mutex::new(()),
             released: AtomicU64::new(0),
         }
     }
@@ -152,6 +157,7 @@ where
         let Some(want) = super::rate::tokens(&q, want).await else {
             break;
         };
+        let claiming = lanes.claiming.lock().await;
         let excluded = || q.quarantine.excluded();
         let claimed = match q
             .form
@@ -160,6 +166,7 @@ where
         {
             Ok(claimed) => claimed,
             Err(failed) => {
+                drop(claiming);
                 super::rate::unused(&q, want, 0).await;
                 if pace.failed(&q, failed).await {
                     continue;
@@ -181,6 +188,7 @@ where
             let entered = q.requests.enter(row.id);
             lanes.route(row, hold, entered);
         }
+        drop(claiming);
         lanes.routed.notify_one();
         let idle = lanes.in_hand() == 0;
         if !pace.claimed(&q, got == want, idle).await {
@@ -233,7 +241,8 @@ where
 /// Gives back the rows that waited in their lane half their lease, each with the rows after it
 /// in its lane, their attempts uncounted, until the runner stops: the lease would expire before
 /// the row starts, and a claim (this runner's too) would take it again, out of its key's order.
-/// (A hold without a lease never goes stale.)
+/// No claim runs until every row given back is released. (A hold without a lease never goes
+/// stale.)
 async fn give_back_stale<DB, F>(q: Arc<Live<DB, F>>, lanes: Arc<Lanes<F::Hold>>)
 where
     DB: Backend,
@@ -262,6 +271,7 @@ where
             () = wait => {}
         }
         let now = Instant::now();
+        let _claiming = lanes.claiming.lock().await;
         for lane in &lanes.lanes {
             let stale: Vec<_> = {
                 let mut rows = lane.rows();

@@ -86,11 +86,14 @@ pub(crate) async fn rows_waiting_for_their_key_are_released_at_shutdown<DB: Test
     ctx.drop_tables().await;
 }
 
-/// The lease form, a lease of 300 ms: one key's rows wait in its lane behind a first row of
-/// 1.2 s; each is given back at half its lease and claimed again, its attempt uncounted, so
-/// every row runs once, in id order, on its first attempt (without the give-back their leases
-/// would expire in the lane, and each claim after would count an attempt more).
+/// The lease form, a lease of 300 ms: one key's 60 rows — more than the queue keeps in hand,
+/// so its claims are full — wait in its lane behind a first row of 1.2 s; each is given back at
+/// half its lease and claimed again, its attempt uncounted, so every row runs once, in id
+/// order, on its first attempt. Without the give-back their leases would expire in the lane,
+/// and each claim after would count an attempt more; with a claim floor, the claim after a
+/// give-back would start at the last full claim's smallest id, past rows given back.
 pub(crate) async fn a_row_waiting_past_half_its_lease_goes_back_uncounted<DB: TestDb>() {
+    const ROWS: usize = 60;
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -100,7 +103,7 @@ pub(crate) async fn a_row_waiting_past_half_its_lease_goes_back_uncounted<DB: Te
             ..Spec::lease()
         })
         .await;
-    enqueue(&ctx, &t, std::iter::repeat_n(0, 6)).await;
+    enqueue(&ctx, &t, std::iter::repeat_n(0, ROWS)).await;
     let runs = Arc::new(Mutex::new(Vec::new()));
     let handler = {
         let runs = Arc::clone(&runs);
@@ -144,13 +147,13 @@ pub(crate) async fn a_row_waiting_past_half_its_lease_goes_back_uncounted<DB: Te
     sorted.sort_unstable();
     sorted.dedup();
     assert_eq!(ids, sorted, "each row once, in id order");
-    assert_eq!(ids.len(), 6);
+    assert_eq!(ids.len(), ROWS);
     assert!(
         runs.iter().all(|(_, attempt)| *attempt == 1),
         "a row given back kept its attempt: {runs:?}"
     );
     assert!(
-        claimed > 6,
+        claimed > ROWS as u64,
         "the waiting rows were given back and claimed again"
     );
     ctx.drop_tables().await;

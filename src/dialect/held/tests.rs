@@ -138,7 +138,7 @@ fn row_lock_fifo_claims_a_group_s_first_due_row_and_guards_the_group_s_first_row
 }
 
 #[test]
-fn a_by_key_claim_reads_the_key_as_the_bytes_of_its_text_after_the_headers() {
+fn a_by_key_claim_reads_the_key_as_the_bytes_of_its_text_after_the_headers_from_the_start() {
     let keyed = |dialect: Dialect| {
         let mut n = names(dialect, Table::new("jobs").headers("headers"), false);
         n.key = Some(dialect.quote("account").unwrap());
