@@ -75,19 +75,35 @@ impl Busy {
 /// is done ([`Seat::free_worker`]).
 #[derive(Debug)]
 pub(super) struct Seat {
-    _in_hand: OwnedSemaphorePermit,
+    /// Its place in hand (none where the queue counts its rows in hand otherwise: by key).
+    _in_hand: Option<OwnedSemaphorePermit>,
     worker: Option<OwnedSemaphorePermit>,
     started: Instant,
-    busy: Arc<Busy>,
+    /// Where its worker's busy time is recorded (none by key, which claims nothing ahead).
+    busy: Option<Arc<Busy>>,
     /// The claim loop, waiting for rows in hand to end.
     ended: Arc<Notify>,
 }
 
 impl Seat {
+    /// The seat of a by-key lane's delivery: `worker` is the lane's, given to the lane's next
+    /// row once the handler is done; `ended` wakes the claim loop.
+    pub(super) fn of_lane(worker: OwnedSemaphorePermit, ended: Arc<Notify>) -> Self {
+        Seat {
+            _in_hand: None,
+            worker: Some(worker),
+            started: Instant::now(),
+            busy: None,
+            ended,
+        }
+    }
+
     /// Gives the worker to the next row, the delivery still in hand.
     pub(super) fn free_worker(&mut self) {
         if self.worker.take().is_some() {
-            self.busy.record(self.started.elapsed());
+            if let Some(busy) = &self.busy {
+                busy.record(self.started.elapsed());
+            }
             self.ended.notify_one();
         }
     }
@@ -238,10 +254,10 @@ where
                     return;
                 };
                 let seat = Seat {
-                    _in_hand: in_hand,
+                    _in_hand: Some(in_hand),
                     worker: Some(worker),
                     started: Instant::now(),
-                    busy,
+                    busy: Some(busy),
                     ended,
                 };
                 q.stats().in_work.fetch_add(1, Ordering::Relaxed);

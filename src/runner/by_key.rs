@@ -3,25 +3,27 @@
 //! it. A lane runs one delivery at a time, in the order its rows came, so the rows of one key
 //! start in claim order and never two at once; other lanes go on meanwhile.
 //!
-//! One loop claims for every lane, so claims are in turn and rows reach their lanes in claim
-//! order (the claim's id order). It claims while a lane is idle, up to
-//! [`BY_KEY_IN_HAND_PER_WORKER`] rows per lane in hand: rows of a slow key wait in its lane without holding back the claims for
-//! the others, until the queue's rows in hand reach that bound. The forms that hold a
-//! connection per row (row lock, transactional advisory) keep at most a row per worker in hand
-//! (their connections); a plain advisory claim's session stays open while one of its rows
-//! waits. A lease that a waiting row held for half its duration is given back, with the rows
-//! after it in its lane (so the key's order stays), rather than extended in the lane. Rows
-//! still waiting when the runner stops are released unstarted.
+//! One loop claims for every lane, so claims take turns and rows reach their lanes in claim
+//! order. It claims while a lane is idle, up to [`BY_KEY_IN_HAND_PER_WORKER`] rows per lane in
+//! hand: rows of a slow key wait in its lane without holding back the claims for the others,
+//! until the queue's rows in hand reach that bound. The forms that hold a connection per row
+//! (row lock, transactional advisory) keep at most a row per worker in hand (their
+//! connections); a plain advisory claim's session stays open while one of its rows waits. A
+//! lease that a waiting row held for half its duration is given back, with the rows after it in
+//! its lane (so the key's order stays), rather than extended in the lane. Rows still waiting
+//! when the runner stops are released unstarted. (A rate limit is refused at start: a row
+//! waiting in its lane would start later than its token.)
 
 use std::collections::VecDeque;
 use std::hash::{DefaultHasher, Hash as _, Hasher as _};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use super::ahead::Seat;
 use super::claim::{Pace, release};
 use super::deliver::deliver;
 use super::queue::Live;
@@ -58,7 +60,7 @@ impl<H> Lane<H> {
 struct Lanes<H> {
     lanes: Vec<Lane<H>>,
     /// A row in hand ended (settled, released or given back).
-    ended: Notify,
+    ended: Arc<Notify>,
     /// Rows were routed (the give-back of stale leases looks again).
     routed: Notify,
     /// Held by a claim until its rows are routed, and by a give-back until its rows are all
@@ -78,7 +80,7 @@ impl<H> Lanes<H> {
                     added: Notify::new(),
                 })
                 .collect(),
-            ended: Notify::new(),
+            ended: Arc::new(Notify::new()),
             routed: Notify::new(),
             claiming: tokio::sync::Mutex::new(()),
             released: AtomicU64::new(0),
@@ -138,7 +140,7 @@ where
     let tasks = TaskTracker::new();
     for lane in 0..q.workers {
         let (q, handler, lanes) = (Arc::clone(&q), Arc::clone(&handler), Arc::clone(&lanes));
-        tasks.spawn(async move { work(&q, &*handler, &lanes, lane).await });
+        tasks.spawn(work(q, handler, lanes, lane, tasks.clone()));
     }
     tasks.spawn(give_back_stale(Arc::clone(&q), Arc::clone(&lanes)));
     let mut pace = Pace::default();
@@ -154,9 +156,6 @@ where
                 () = lanes.ended.notified() => continue,
             }
         }
-        let Some(want) = super::rate::tokens(&q, want).await else {
-            break;
-        };
         let claiming = lanes.claiming.lock().await;
         let excluded = || q.quarantine.excluded();
         let claimed = match q
@@ -167,7 +166,6 @@ where
             Ok(claimed) => claimed,
             Err(failed) => {
                 drop(claiming);
-                super::rate::unused(&q, want, 0).await;
                 if pace.failed(&q, failed).await {
                     continue;
                 }
@@ -176,7 +174,6 @@ where
         };
         let got = claimed.len();
         Counters::add(&q.stats().claimed, got as u64);
-        super::rate::unused(&q, want, got).await;
         if q.stopping() {
             for (row, hold) in claimed {
                 let released = release(&q, &row, hold).await;
@@ -208,18 +205,31 @@ where
     q.report(lanes.released.load(Ordering::Relaxed))
 }
 
-/// One lane: its rows one at a time, in the order they came, until the runner stops; then the
-/// rows still waiting go back unstarted.
-async fn work<DB, F, H>(q: &Live<DB, F>, handler: &H, lanes: &Lanes<F::Hold>, lane: usize)
-where
+/// One lane: its rows one at a time, in the order they came, until the runner stops (the rows
+/// still waiting then go back unstarted). The lane's worker goes to its next row once the
+/// handler is done: an ack grouped with others' commits meanwhile, as in a queue without keys.
+async fn work<DB, F, H>(
+    q: Arc<Live<DB, F>>,
+    handler: Arc<H>,
+    lanes: Arc<Lanes<F::Hold>>,
+    index: usize,
+    tasks: TaskTracker,
+) where
     DB: Backend,
     F: Form<DB>,
     H: CallOne<DB>,
 {
-    let lane = &lanes.lanes[lane];
+    let lane = &lanes.lanes[index];
+    let worker = Arc::new(Semaphore::new(1));
     loop {
+        let permit = tokio::select! {
+            biased;
+            () = q.shared.stop.cancelled() => return,
+            permit = Arc::clone(&worker).acquire_owned() => permit.expect("never closed"),
+        };
         let next = lane.rows().pop_front();
         let Some((row, hold, entered)) = next else {
+            drop(permit);
             tokio::select! {
                 biased;
                 () = q.shared.stop.cancelled() => return,
@@ -227,14 +237,19 @@ where
             }
         };
         if q.stopping() {
-            let released = release(q, &row, hold).await;
+            let released = release(&q, &row, hold).await;
             lanes.released.fetch_add(released, Ordering::Relaxed);
-        } else {
-            q.stats().in_work.fetch_add(1, Ordering::Relaxed);
-            deliver(q, handler, row, hold, None, entered).await;
-            q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
+            lanes.end(lane);
+            return;
         }
-        lanes.end(lane);
+        let seat = Seat::of_lane(permit, Arc::clone(&lanes.ended));
+        let (q, handler, lanes) = (Arc::clone(&q), Arc::clone(&handler), Arc::clone(&lanes));
+        tasks.spawn(async move {
+            q.stats().in_work.fetch_add(1, Ordering::Relaxed);
+            deliver(&q, &*handler, row, hold, Some(seat), entered).await;
+            q.stats().in_work.fetch_sub(1, Ordering::Relaxed);
+            lanes.end(&lanes.lanes[index]);
+        });
     }
 }
 
