@@ -99,7 +99,13 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
         // The row lock form: only the first-due-row half (its guard keeps one in work).
         (None, _) => None,
     };
-    group_heads(w, n, group);
+    match (lease, n.dialect) {
+        // The row lock form on MySQL/MariaDB: its claim is a locking read, which locks what its
+        // subqueries read too; a row lock FIFO drain (4,000 rows, 16 groups, 8 workers) ran at
+        // 634 rows/s with the groups' first rows looked up, 2,112 with this test of each row.
+        (None, Dialect::MySql) => no_earlier_due_row(w, n, group),
+        _ => group_heads(w, n, group),
+    }
     if let Some(lease) = lease {
         w.push(" AND NOT EXISTS (SELECT 1 FROM ")
             .push(&n.table)
@@ -127,7 +133,7 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
 }
 
 /// `id = (the group's first due row)` of a named queue; `id IN (the first due row of each
-/// group)` of an unnamed one, the groups enumerated through the `(group, id)` index: on
+/// group)` of an unnamed one (PostgreSQL: `id = ANY (ARRAY(..))`), the groups enumerated through the `(group, id)` index: on
 /// PostgreSQL and SQLite a recursive skip scan (the next group after the last one, one index
 /// probe each), on MySQL/MariaDB a `GROUP BY` of the group, which it reads as a loose index scan
 /// (its recursive step reads the whole index for `group > k`).
@@ -146,7 +152,13 @@ fn group_heads(w: &mut SqlWriter, n: &Names, group: &str) {
             w.push(" AND h.").push(processed_at).push(" IS NULL");
         }
     };
-    w.push(&n.id).push(" IN (");
+    // PostgreSQL: an array the statement computes once (an init plan) and the primary key
+    // reads; as `id IN (..)`, a generic plan of a table without statistics yet tested every
+    // row of the backlog for a lease in its group first, then joined the heads.
+    w.push(&n.id).push(match n.dialect {
+        Dialect::Postgres => " = ANY (ARRAY(",
+        Dialect::MySql | Dialect::Sqlite => " IN (",
+    });
     match n.dialect {
         Dialect::Postgres | Dialect::Sqlite => {
             let next_group = |w: &mut SqlWriter, after: &str| {
@@ -188,6 +200,33 @@ fn group_heads(w: &mut SqlWriter, n: &Names, group: &str) {
             w.push(") FROM sqlxq_g");
         }
     }
+    w.push(if n.dialect == Dialect::Postgres {
+        "))"
+    } else {
+        ")"
+    });
+}
+
+/// `NOT EXISTS (an earlier due row of the row's group)`.
+fn no_earlier_due_row(w: &mut SqlWriter, n: &Names, group: &str) {
+    w.push("NOT EXISTS (SELECT 1 FROM ")
+        .push(&n.table)
+        .push(" AS h WHERE h.")
+        .push(group)
+        .push(" = ")
+        .push(&n.table)
+        .push(".")
+        .push(group);
+    if let Some(processed_at) = &n.processed_at {
+        w.push(" AND h.").push(processed_at).push(" IS NULL");
+    }
+    w.push(" AND h.")
+        .push(&n.id)
+        .push(" < ")
+        .push(&n.table)
+        .push(".")
+        .push(&n.id);
+    earlier_row_due(w, n);
     w.push(")");
 }
 
