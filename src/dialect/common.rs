@@ -96,7 +96,11 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
             return;
         }
         // The row lock form: only the no-earlier-due-row half (its guard keeps one in work).
-        (None, _) => "",
+        (None, 1) => "",
+        (None, _) => {
+            slots(w, n, group, columns.limit);
+            return;
+        }
     };
     let outer = |w: &mut SqlWriter, column: &str| {
         w.push(&n.table).push(".").push(column);
@@ -169,7 +173,33 @@ fn per_group(w: &mut SqlWriter, n: &Names, group: &str, lease: &str, limit: u32)
     w.push(")) < ").push(&limit.to_string());
 }
 
-/// ` ORDER BY`: priority (smaller first), then due time (a row never delayed first), then id.
+/// At most `limit` rows of a group in work on the row lock form, whose claims cannot see the
+/// rows other transactions hold: a row is claimable only when fewer than `limit` unfinished
+/// rows of its group come before it (by id), due or not. The rows in work are then always among
+/// their group's first `limit` unfinished rows (rows before them only ever finish), so at most
+/// `limit` are; a row waiting for its `retry_after` keeps its place among them.
+fn slots(w: &mut SqlWriter, n: &Names, group: &str, limit: u32) {
+    w.push("(SELECT COUNT(*) FROM ")
+        .push(&n.table)
+        .push(" AS h WHERE h.")
+        .push(group)
+        .push(" = ")
+        .push(&n.table)
+        .push(".")
+        .push(group);
+    if let Some(processed_at) = &n.processed_at {
+        w.push(" AND h.").push(processed_at).push(" IS NULL");
+    }
+    w.push(" AND h.")
+        .push(&n.id)
+        .push(" < ")
+        .push(&n.table)
+        .push(".")
+        .push(&n.id)
+        .push(") < ")
+        .push(&limit.to_string());
+}
+
 /// `AND id IN (SELECT id .. WHERE id = $id FOR UPDATE SKIP LOCKED)` (PostgreSQL): the row, unless
 /// another transaction holds its row lock (a row lock form's delivery), never waited for.
 pub(super) fn unless_row_locked(w: &mut SqlWriter, n: &Names) {
@@ -186,6 +216,7 @@ pub(super) fn unless_row_locked(w: &mut SqlWriter, n: &Names) {
         .push(" FOR UPDATE SKIP LOCKED)");
 }
 
+/// ` ORDER BY`: priority (smaller first), then due time (a row never delayed first), then id.
 pub(super) fn order(w: &mut SqlWriter, n: &Names) {
     w.push(" ORDER BY ");
     if let Some(priority) = &n.priority {
