@@ -101,7 +101,12 @@ fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
             return;
         }
         // The row lock form: only the first-due-row half (its guard keeps one in work).
-        (None, _) => None,
+        (None, 1) => None,
+        // The row lock form above 1: the rows before the row (`slots`).
+        (None, _) => {
+            slots(w, n, group, columns.limit);
+            return;
+        }
     };
     match (lease, n.dialect) {
         // The row lock form on MySQL/MariaDB: its claim is a locking read, which locks what its
@@ -293,7 +298,33 @@ fn per_group(w: &mut SqlWriter, n: &Names, group: &str, lease: &str, limit: u32)
     w.push(")) < ").push(&limit.to_string());
 }
 
-/// ` ORDER BY`: priority (smaller first), then due time (a row never delayed first), then id.
+/// At most `limit` rows of a group in work on the row lock form, whose claims cannot see the
+/// rows other transactions hold: a row is claimable only when fewer than `limit` unfinished
+/// rows of its group come before it (by id), due or not. The rows in work are then always among
+/// their group's first `limit` unfinished rows (rows before them only ever finish), so at most
+/// `limit` are; a row waiting for its `retry_after` keeps its place among them.
+fn slots(w: &mut SqlWriter, n: &Names, group: &str, limit: u32) {
+    w.push("(SELECT COUNT(*) FROM ")
+        .push(&n.table)
+        .push(" AS h WHERE h.")
+        .push(group)
+        .push(" = ")
+        .push(&n.table)
+        .push(".")
+        .push(group);
+    if let Some(processed_at) = &n.processed_at {
+        w.push(" AND h.").push(processed_at).push(" IS NULL");
+    }
+    w.push(" AND h.")
+        .push(&n.id)
+        .push(" < ")
+        .push(&n.table)
+        .push(".")
+        .push(&n.id)
+        .push(") < ")
+        .push(&limit.to_string());
+}
+
 /// `AND id IN (SELECT id .. WHERE id = $id FOR UPDATE SKIP LOCKED)` (PostgreSQL): the row, unless
 /// another transaction holds its row lock (a row lock form's delivery), never waited for.
 pub(super) fn unless_row_locked(w: &mut SqlWriter, n: &Names) {
@@ -310,6 +341,7 @@ pub(super) fn unless_row_locked(w: &mut SqlWriter, n: &Names) {
         .push(" FOR UPDATE SKIP LOCKED)");
 }
 
+/// ` ORDER BY`: priority (smaller first), then due time (a row never delayed first), then id.
 pub(super) fn order(w: &mut SqlWriter, n: &Names) {
     w.push(" ORDER BY ");
     if let Some(priority) = &n.priority {

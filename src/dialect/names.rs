@@ -119,16 +119,16 @@ impl Names {
                 lease: Some(lease.clone()),
                 limit,
             }),
-            (Some(1), Some(group), None) if row_lock => Some(Fifo {
+            (Some(limit), Some(group), None) if row_lock => Some(Fifo {
                 group: group.clone(),
                 lease: None,
-                limit: 1,
+                limit,
             }),
             // Refused when the queue was mounted (`QueueConfig::check`).
             (Some(_), _, _) => {
                 return Err(Error::declaration(
                     config.label(),
-                    "FIFO needs the table's group column and the lease form",
+                    "FIFO needs the table's group column and the lease or row lock form",
                 ));
             }
         };
