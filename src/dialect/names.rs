@@ -46,6 +46,8 @@ pub(crate) struct Names {
     /// Whether claims pass over the ids bound to [`Slot::Excluded`] (the claims' variants for a
     /// queue that holds rows back).
     pub(crate) excluding: bool,
+    /// Whether the server deletes with `DELETE .. RETURNING` (MariaDB; MySQL has none).
+    pub(crate) delete_returning: bool,
     /// Whether claims look at ids from a floor up ([`Slot::Floor`]; claims in id order only).
     pub(crate) floored: bool,
     /// Whether claims that hold a connection also return its server session (MySQL/MariaDB
@@ -99,6 +101,7 @@ impl Names {
             notify: table.notify,
             excluding: false,
             floored: false,
+            delete_returning: false,
             session: false,
             unprepared: dialect == Dialect::Postgres && table.pooler == Pooler::Transaction,
         })
