@@ -248,15 +248,7 @@ impl QueueConfig {
                      the transaction began: keep `Isolation::ReadCommitted`, or use the lease form",
                 ));
             }
-            (FormKind::RowLock, Some(1)) => {}
-            (FormKind::RowLock, Some(_)) => {
-                return Err(Error::unsupported(
-                    queue,
-                    "`.per_group(n)` above 1 needs the lease form: the row lock form serves FIFO \
-                     (`.fifo()`, one row of a group in work) but cannot count rows other claims \
-                     hold",
-                ));
-            }
+            (FormKind::RowLock, Some(_)) => {}
             (FormKind::Advisory, Some(_)) => {
                 return Err(Error::unsupported(
                     queue,

@@ -23,6 +23,13 @@
 //!   (**unique**: `enqueue_unique`, `enqueue_many_unique`), the two sides alternating (A B, then
 //!   B A) for `--rounds` rounds (default 5). It reports jobs per second (median and best) and
 //!   the ratio unique ÷ plain (the median of each round's ratio, and best ÷ best).
+//! - **guards** (PostgreSQL, MySQL/MariaDB, SQLite): the price of FIFO groups, `per_group(4)` and
+//!   a rate limit (1,000,000 a second: the limiter's own cost). Drains `--rows` (default 4,000)
+//!   in `--groups` groups (default 16) by an unnamed queue of `--workers` workers acking at once,
+//!   of each `--form` (lease: none, fifo, per_group4, rate; row lock, not on SQLite: none, fifo,
+//!   rate), the guards alternating within each of `--rounds` rounds (default 5). It reports jobs
+//!   per second (median and best) and the ratio to the same queue without a guard (the median
+//!   of each round's ratio, and best ÷ best). `--guards none,fifo` runs those only.
 //!
 //! ```sh
 //! export SQLX_QUEUE_PG_URL=postgres://postgres@127.0.0.1:5432/test
@@ -31,6 +38,7 @@
 //! cargo bench --bench upkeep -- cost --db postgres,sqlite
 //! export SQLX_QUEUE_MYSQL_URL=mysql://root@127.0.0.1:3306/test
 //! cargo bench --bench upkeep -- unique --db postgres,mysql,sqlite
+//! cargo bench --bench upkeep -- guards --db postgres,mysql,sqlite
 //! ```
 //!
 //! Each drain of bloat and cost is timed from the runner's start to its last settlement, and
@@ -41,6 +49,7 @@
 mod bloat;
 mod cost;
 mod drain;
+mod guards;
 mod unique;
 
 use std::time::Duration;
@@ -53,6 +62,10 @@ pub(crate) struct Options {
     pub(crate) workers: usize,
     /// Jobs per `enqueue_many` of the unique bench.
     pub(crate) batch: usize,
+    /// Groups the guards bench's jobs are spread over.
+    pub(crate) groups: usize,
+    /// The guards bench's guards (empty: every one).
+    pub(crate) guards: Vec<String>,
     pub(crate) forms: Vec<String>,
     pub(crate) fillfactors: Vec<u8>,
     pub(crate) dbs: Vec<String>,
@@ -65,24 +78,28 @@ impl Options {
     fn parse(bench: &str, args: &[String]) -> Self {
         let bloat = bench == "bloat";
         let unique = bench == "unique";
+        let guards = bench == "guards";
         let mut options = Options {
             rows: match bench {
                 "bloat" => 100_000,
                 "unique" => 5_000,
+                "guards" => 4_000,
                 _ => 20_000,
             },
             rounds: if bloat { 3 } else { 5 },
             workers: 8,
             batch: 100,
+            groups: 16,
+            guards: Vec::new(),
             forms: vec!["lease".into(), "row_lock".into()],
             fillfactors: vec![100, 80],
-            dbs: if unique {
+            dbs: if unique || guards {
                 vec!["postgres".into(), "mysql".into(), "sqlite".into()]
             } else {
                 vec!["postgres".into(), "sqlite".into()]
             },
             sides: vec!["plain".into(), "recorded".into()],
-            cap: Duration::from_secs(600),
+            cap: Duration::from_secs(if guards { 120 } else { 600 }),
         };
         let list = |value: &str| -> Vec<String> { value.split(',').map(str::to_owned).collect() };
         let mut i = 0;
@@ -93,6 +110,8 @@ impl Options {
                 "--rounds" => options.rounds = value.parse().expect("--rounds N"),
                 "--workers" => options.workers = value.parse().expect("--workers N"),
                 "--batch" => options.batch = value.parse().expect("--batch N"),
+                "--groups" => options.groups = value.parse().expect("--groups N"),
+                "--guards" => options.guards = list(value),
                 "--form" => options.forms = list(value),
                 "--fillfactor" => {
                     options.fillfactors = list(value)
@@ -148,7 +167,8 @@ fn main() {
             "bloat" => bloat::run(&options).await,
             "cost" => cost::run(&options).await,
             "unique" => unique::run(&options).await,
-            other => panic!("unknown bench {other}: bloat, cost or unique"),
+            "guards" => guards::run(&options).await,
+            other => panic!("unknown bench {other}: bloat, cost, unique or guards"),
         }
     });
 }

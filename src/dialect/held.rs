@@ -208,7 +208,12 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
     };
 
     RowLockSql {
-        guard: n.fifo.as_ref().map(|fifo| guard(n, &fifo.group)),
+        // FIFO's guard; a limit above 1 counts the rows before the row instead (`slots`).
+        guard: n
+            .fifo
+            .as_ref()
+            .filter(|fifo| fifo.limit == 1)
+            .map(|fifo| guard(n, &fifo.group)),
         begin: (n.dialect == Dialect::MySql).then_some(mysql::BEGIN_READ_COMMITTED),
         claim: claim(&n.floored()),
         claim_excluding: claim(&excluding.floored()),

@@ -44,11 +44,11 @@ pub(crate) const MAX_FINISH: usize = 64;
 #[derive(Debug, Clone)]
 pub(crate) enum FinishMany {
     /// `DELETE`/`UPDATE .. WHERE (id, lease) IN (..) RETURNING id`: the ids settled
-    /// (PostgreSQL, SQLite).
+    /// (PostgreSQL, SQLite; MariaDB's `DELETE`).
     Returning(BySize),
     /// In one transaction, `SELECT id .. WHERE (id, lease) IN (..) FOR UPDATE` — the rows still
-    /// held — then the `DELETE`/`UPDATE` of those ids (MySQL/MariaDB, which have no
-    /// `UPDATE .. RETURNING`).
+    /// held — then the `DELETE`/`UPDATE` of those ids (MySQL, which has no `RETURNING`, and
+    /// MariaDB's `UPDATE`).
     LockThenFinish { held: BySize, finish: BySize },
 }
 
@@ -123,36 +123,39 @@ fn pairs(w: &mut SqlWriter, n: &Names, lease: &str, count: u16) {
 }
 
 fn finish_many(n: &Names, lease: &str) -> FinishMany {
-    match n.dialect {
-        Dialect::Postgres | Dialect::Sqlite => {
-            FinishMany::Returning(BySize::new(MAX_FINISH, |count| {
-                let mut w = n.writer();
-                finish(&mut w, n);
-                w.push(" WHERE ");
-                pairs(&mut w, n, lease, count);
-                w.push(" RETURNING ");
-                as_i64(&mut w, &n.id);
-                w.finish()
-            }))
-        }
-        Dialect::MySql => FinishMany::LockThenFinish {
-            held: BySize::new(MAX_FINISH, |count| {
-                let mut w = n.writer();
-                w.push("SELECT ");
-                as_i64(&mut w, &n.id);
-                w.push(" FROM ").push(&n.table).push(" WHERE ");
-                pairs(&mut w, n, lease, count);
-                w.push(" FOR UPDATE");
-                w.finish()
-            }),
-            finish: BySize::new(MAX_FINISH, |count| {
-                let mut w = n.writer();
-                finish(&mut w, n);
-                w.push(" WHERE ");
-                ids(&mut w, n, count);
-                w.finish()
-            }),
-        },
+    // MariaDB returns from a `DELETE` (not from an `UPDATE`, a table that keeps finished rows).
+    let returning = match n.dialect {
+        Dialect::Postgres | Dialect::Sqlite => true,
+        Dialect::MySql => n.delete_returning && n.processed_at.is_none(),
+    };
+    if returning {
+        return FinishMany::Returning(BySize::new(MAX_FINISH, |count| {
+            let mut w = n.writer();
+            finish(&mut w, n);
+            w.push(" WHERE ");
+            pairs(&mut w, n, lease, count);
+            w.push(" RETURNING ");
+            as_i64(&mut w, &n.id);
+            w.finish()
+        }));
+    }
+    FinishMany::LockThenFinish {
+        held: BySize::new(MAX_FINISH, |count| {
+            let mut w = n.writer();
+            w.push("SELECT ");
+            as_i64(&mut w, &n.id);
+            w.push(" FROM ").push(&n.table).push(" WHERE ");
+            pairs(&mut w, n, lease, count);
+            w.push(" FOR UPDATE");
+            w.finish()
+        }),
+        finish: BySize::new(MAX_FINISH, |count| {
+            let mut w = n.writer();
+            finish(&mut w, n);
+            w.push(" WHERE ");
+            ids(&mut w, n, count);
+            w.finish()
+        }),
     }
 }
 
@@ -311,6 +314,18 @@ mod tests {
         assert_eq!(
             finish.for_len(2).text(),
             "UPDATE `jobs` SET `done_at` = ?, `locked_until` = NULL WHERE `id` IN (?, ?)"
+        );
+        let mut n = names(Dialect::MySql, Table::new("jobs"));
+        n.delete_returning = true;
+        let FinishMany::Returning(statements) =
+            render_lease(&n, n.lease.as_deref().unwrap(), 8).finish_many
+        else {
+            panic!("MariaDB returns the deleted ids");
+        };
+        assert_eq!(
+            statements.for_len(2).text(),
+            "DELETE FROM `jobs` WHERE (`id`, `locked_until`) IN ((?, ?), (?, ?)) RETURNING \
+             CAST(`id` AS SIGNED)"
         );
     }
 

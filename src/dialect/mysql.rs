@@ -243,4 +243,54 @@ mod tests {
         assert_eq!(updates.for_len(1).slots.len(), 2);
         assert_eq!(updates.for_len(8).slots.len(), 9);
     }
+
+    #[test]
+    fn a_fifo_claim_takes_each_group_s_first_due_row_found_through_the_group_index() {
+        let fifo = || super::super::names::Fifo {
+            group: "`queue`".to_owned(),
+            lease: Some("`locked_until`".to_owned()),
+            limit: 1,
+        };
+        let table = Table::new("jobs")
+            .group("queue")
+            .processed_at("done_at")
+            .retry_after("not_before");
+        let mut n = Names::for_test(Dialect::MySql, table.clone(), None, "lease", false);
+        n.fifo = Some(fifo());
+        let Claim::SelectThenUpdate { select, .. } =
+            super::lease_claim(&n, n.lease.as_deref().unwrap(), 4)
+        else {
+            panic!("MySQL claims in two statements");
+        };
+        assert_eq!(
+            select.text(),
+            "SELECT CAST(`id` AS SIGNED), `payload` FROM `jobs` WHERE `done_at` IS NULL AND \
+             (`locked_until` IS NULL OR `locked_until` < ?) AND (`not_before` IS NULL OR \
+             `not_before` <= ?) AND `id` IN (WITH sqlxq_g AS (SELECT h.`queue` AS k FROM `jobs` AS h \
+             WHERE h.`queue` IS NOT NULL AND h.`done_at` IS NULL GROUP BY h.`queue`) SELECT \
+             (SELECT h.`id` FROM `jobs` AS h WHERE h.`queue` = sqlxq_g.k AND h.`done_at` IS NULL \
+             AND (h.`not_before` IS NULL OR h.`not_before` <= ?) ORDER BY h.`id` LIMIT 1) FROM \
+             sqlxq_g) AND NOT EXISTS (SELECT 1 FROM `jobs` AS h WHERE h.`queue` = \
+             `jobs`.`queue` AND h.`done_at` IS NULL AND h.`id` <> `jobs`.`id` AND \
+             h.`locked_until` >= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED"
+        );
+        let mut n = Names::for_test(Dialect::MySql, table, Some("mail"), "lease", false);
+        n.fifo = Some(fifo());
+        let Claim::SelectThenUpdate { select, .. } =
+            super::lease_claim(&n, n.lease.as_deref().unwrap(), 4)
+        else {
+            panic!("MySQL claims in two statements");
+        };
+        assert_eq!(
+            select.text(),
+            "SELECT CAST(`id` AS SIGNED), `payload` FROM `jobs` WHERE `queue` = ? AND `done_at` IS \
+             NULL AND (`locked_until` IS NULL OR `locked_until` < ?) AND (`not_before` IS NULL OR \
+             `not_before` <= ?) AND `id` = (SELECT h.`id` FROM `jobs` AS h WHERE h.`queue` = ? \
+             AND h.`done_at` IS NULL AND (h.`not_before` IS NULL OR h.`not_before` <= ?) ORDER BY \
+             h.`id` LIMIT 1) AND NOT EXISTS (SELECT 1 FROM `jobs` AS h WHERE h.`queue` = \
+             `jobs`.`queue` AND h.`done_at` IS NULL AND h.`id` <> `jobs`.`id` AND \
+             h.`locked_until` >= ?) ORDER BY `id` LIMIT ? FOR UPDATE SKIP LOCKED",
+            "a named queue: its group's first due row, one index probe"
+        );
+    }
 }

@@ -49,6 +49,8 @@ pub(crate) struct Names {
     /// Whether claims pass over the ids bound to [`Slot::Excluded`] (the claims' variants for a
     /// queue that holds rows back).
     pub(crate) excluding: bool,
+    /// Whether the server deletes with `DELETE .. RETURNING` (MariaDB; MySQL has none).
+    pub(crate) delete_returning: bool,
     /// Whether claims look at ids from a floor up ([`Slot::Floor`]; claims in id order only).
     pub(crate) floored: bool,
     /// Whether claims that hold a connection also return its server session (MySQL/MariaDB
@@ -103,6 +105,7 @@ impl Names {
             notify: table.notify,
             excluding: false,
             floored: false,
+            delete_returning: false,
             session: false,
             unprepared: dialect == Dialect::Postgres && table.pooler == Pooler::Transaction,
         })
@@ -123,16 +126,16 @@ impl Names {
                 lease: Some(lease.clone()),
                 limit,
             }),
-            (Some(1), Some(group), None) if row_lock => Some(Fifo {
+            (Some(limit), Some(group), None) if row_lock => Some(Fifo {
                 group: group.clone(),
                 lease: None,
-                limit: 1,
+                limit,
             }),
             // Refused when the queue was mounted (`QueueConfig::check`).
             (Some(_), _, _) => {
                 return Err(Error::declaration(
                     config.label(),
-                    "FIFO needs the table's group column and the lease form",
+                    "FIFO needs the table's group column and the lease or row lock form",
                 ));
             }
         };

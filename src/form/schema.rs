@@ -103,6 +103,7 @@ pub(crate) async fn check<DB: Backend>(
     server: Server,
 ) -> Result<Checked> {
     let mut names = Names::of_queue(DB::DIALECT, config)?;
+    names.delete_returning = server.engine == Engine::MariaDb;
     let columns = check_columns::<DB>(conn, config).await?;
     let identity = catalog::read_identity::<DB>(conn, config.label(), &config.table.name).await?;
     names.attempt_max = attempt_max::<DB>(config, &columns)?;

@@ -303,14 +303,18 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self.per_group(1)
     }
 
-    /// At most `n` rows of one group in work at once (the lease form, on a table with a
-    /// [group](Table::group) column), across every runner and process: the claim statement
-    /// counts the group's rows under a live lease, so a crashed holder frees its slot when its
-    /// lease expires. A group at its limit holds back none of the others. Within a group the
-    /// rows start in id order, the first `n` due at once; a row waiting for its `retry_after`
-    /// lets later rows that are due go first. `per_group(1)` is [`fifo`](Queue::fifo). Unnamed,
-    /// the queue serves every group of the table. `n = 0`, the advisory form, and the row lock
-    /// form above 1 are refused at start.
+    /// At most `n` rows of one group in work at once (the lease and row lock forms, on a table
+    /// with a [group](Table::group) column), across every runner and process, counted by the
+    /// claim statement. A group at its limit holds back none of the others. Within a group the
+    /// rows start in id order, the first `n` due at once. The lease form counts the group's rows
+    /// under a live lease (a crashed holder frees its slot when its lease expires), and a row
+    /// waiting for its `retry_after` lets later rows that are due go first. The row lock form,
+    /// whose rows in work other claims cannot see, takes a row only while fewer than `n`
+    /// unfinished rows of its group come before it (a crashed holder's slot is free when the
+    /// server ends its session), so a row waiting for its `retry_after` keeps its slot: it holds
+    /// back the rows after it in its group. `per_group(1)` is [`fifo`](Queue::fifo) (on the row
+    /// lock form with a guard instead). Unnamed, the queue serves every group of the table.
+    /// `n = 0` and the advisory form are refused at start.
     pub fn per_group(mut self, n: u32) -> Self {
         self.per_group = Some(n);
         self

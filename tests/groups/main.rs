@@ -5,7 +5,7 @@
 //! module per database whose `#[tokio::test]`s run them there — `cargo test --test groups
 //! sqlite::` runs SQLite's.
 //!
-//! What is tested here, on the lease form: FIFO (`per_group(1)`) over 3 groups × 100 rows with
+//! What is tested here, on the lease and row lock forms: FIFO (`per_group(1)`) over 3 groups × 100 rows with
 //! two runners of 8 workers, one of them a process SIGKILLed in the middle of its deliveries —
 //! per group strictly in id order (but the killed row's redelivery) and never two in work
 //! (`fifo.rs`); `per_group(3)` — never more than 3 in work per group at any instant, as the
@@ -37,8 +37,6 @@ macro_rules! per_database {
     ($($db:ident => $ty:ty, $($form:ident)+);* $(;)?) => {$(
         mod $db {
             group_tests!($ty:
-                per_group_caps_each_group_and_never_blocks_the_others =>
-                    per_group::per_group_caps_each_group_and_never_blocks_the_others,
                 what_groups_need_is_said_at_start =>
                     refusals::what_groups_need_is_said_at_start,
                 what_workers_by_key_needs_is_said_at_start =>
@@ -65,6 +63,8 @@ macro_rules! paste_form {
                 by_key::a_slow_key_holds_back_no_other::<crate::support::LeaseForm>,
             a_row_waiting_past_half_its_lease_goes_back_uncounted =>
                 by_key_hold::a_row_waiting_past_half_its_lease_goes_back_uncounted,
+            per_group_caps_each_group_and_never_blocks_the_others_lease =>
+                per_group::per_group_caps_each_group_and_never_blocks_the_others::<crate::support::LeaseForm>,
         );
     };
     ($ty:ty, advisory) => {
@@ -83,6 +83,8 @@ macro_rules! paste_form {
                 fifo::fifo_groups_stay_in_order_across_runners_and_a_killed_one::<crate::support::RowLockForm>,
             a_fifo_row_due_again_waits_for_the_later_row_in_work_row_lock =>
                 delayed::a_fifo_row_due_again_waits_for_the_later_row_in_work::<crate::support::RowLockForm>,
+            per_group_caps_each_group_and_never_blocks_the_others_row_lock =>
+                per_group::per_group_caps_each_group_and_never_blocks_the_others::<crate::support::RowLockForm>,
             what_the_row_lock_form_cannot_guard_is_said_at_start =>
                 refusals::what_the_row_lock_form_cannot_guard_is_said_at_start::<crate::support::RowLockForm>,
             by_key_keeps_each_key_in_order_row_lock =>

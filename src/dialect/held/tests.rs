@@ -133,7 +133,7 @@ fn row_lock_fifo_claims_a_group_s_first_due_row_and_guards_the_group_s_first_row
     );
     assert_eq!(
         sql.claim.text(),
-        r#"SELECT CAST("id" AS BIGINT), "payload" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) AND NOT EXISTS (SELECT 1 FROM "jobs" AS h WHERE h."queue" = "jobs"."queue" AND h."id" < "jobs"."id" AND (h."not_before" IS NULL OR h."not_before" <= $2)) ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED"#
+        r#"SELECT CAST("id" AS BIGINT), "payload" FROM "jobs" WHERE ("not_before" IS NULL OR "not_before" <= $1) AND "id" = ANY (ARRAY(WITH RECURSIVE sqlxq_g (k) AS (SELECT (SELECT h."queue" FROM "jobs" AS h WHERE h."queue" IS NOT NULL ORDER BY h."queue" LIMIT 1) UNION ALL SELECT (SELECT h."queue" FROM "jobs" AS h WHERE h."queue" > sqlxq_g.k ORDER BY h."queue" LIMIT 1) FROM sqlxq_g WHERE sqlxq_g.k IS NOT NULL) SELECT (SELECT h."id" FROM "jobs" AS h WHERE h."queue" = sqlxq_g.k AND (h."not_before" IS NULL OR h."not_before" <= $2) ORDER BY h."id" LIMIT 1) FROM sqlxq_g)) ORDER BY "id" LIMIT $3 FOR UPDATE SKIP LOCKED"#
     );
 }
 
