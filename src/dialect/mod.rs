@@ -9,6 +9,7 @@ mod common;
 mod custom;
 mod dead;
 mod enqueue;
+mod groups;
 mod held;
 #[cfg(feature = "internals")]
 pub mod internals;
