@@ -16,13 +16,8 @@ use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 use crate::drain::{BenchDb, drain, table_name, url};
 use crate::{Options, median_best};
 
-/// The guards of each form: every one but FIFO on the row lock form, which SQLite lacks.
-fn guards(form: &str) -> &'static [&'static str] {
-    match form {
-        "lease" => &["none", "fifo", "per_group4", "rate"],
-        _ => &["none", "fifo", "rate"],
-    }
-}
+/// The guards measured on each form (the row lock form's on PostgreSQL and MySQL/MariaDB only).
+const GUARDS: [&str; 4] = ["none", "fifo", "per_group4", "rate"];
 
 pub(crate) async fn run(options: &Options) {
     println!("| database | form | guard | jobs/s median (best) | ÷ none median (best) |");
@@ -173,7 +168,7 @@ async fn database<DB: Forms>(options: &Options) {
         if runner::<DB>(&pool, &name, form, "none", options.workers).is_none() {
             continue;
         }
-        let guards: Vec<&str> = guards(form)
+        let guards: Vec<&str> = GUARDS
             .iter()
             .copied()
             .filter(|g| options.guards.is_empty() || options.guards.iter().any(|o| o == g))
