@@ -56,7 +56,10 @@ pub(crate) async fn each_row_once_across_two_runners_and_no_key_left<DB: TestDb>
             .await
             .unwrap();
         let seen = Seen::default();
-        let (one, other) = (ctx.pool(WORKERS as u32 + 2).await, ctx.pool(WORKERS as u32 + 2).await);
+        let (one, other) = (
+            ctx.pool(WORKERS as u32 + 2).await,
+            ctx.pool(WORKERS as u32 + 2).await,
+        );
         let one = acking(&one, &t, attempt, &seen).start().await.unwrap();
         let other = acking(&other, &t, attempt, &seen).start().await.unwrap();
         ctx.wait_none(&t, "1 = 1", 60).await;
@@ -64,9 +67,20 @@ pub(crate) async fn each_row_once_across_two_runners_and_no_key_left<DB: TestDb>
         other.shutdown().await.unwrap();
         let seen = seen.lock().unwrap().clone();
         let twice: Vec<_> = seen.iter().filter(|(_, n)| **n != 1).collect();
-        assert!(twice.is_empty(), "rows delivered more than once (attempt column: {attempt}): {twice:?}");
-        assert_eq!(seen.len(), 400, "every row delivered (attempt column: {attempt})");
-        assert_eq!(keys::held(&ctx, &t).await, 0, "no key left (attempt column: {attempt})");
+        assert!(
+            twice.is_empty(),
+            "rows delivered more than once (attempt column: {attempt}): {twice:?}"
+        );
+        assert_eq!(
+            seen.len(),
+            400,
+            "every row delivered (attempt column: {attempt})"
+        );
+        assert_eq!(
+            keys::held(&ctx, &t).await,
+            0,
+            "no key left (attempt column: {attempt})"
+        );
     }
     ctx.drop_tables().await;
 }
@@ -134,13 +148,20 @@ pub(crate) async fn retries_drops_and_dead_letters_among_grouped_acks_settle<DB:
     ]
     .into_iter()
     .collect();
-    assert_eq!(deliveries, expected, "each row delivered as its outcome says, once each time");
+    assert_eq!(
+        deliveries, expected,
+        "each row delivered as its outcome says, once each time"
+    );
     assert_eq!(
         ctx.count(&t, "queue = 'mail_dead'").await,
         16,
         "the dead letters moved"
     );
-    assert_eq!(ctx.count(&t, "1 = 1").await, 16, "nothing left but the dead letters");
+    assert_eq!(
+        ctx.count(&t, "1 = 1").await,
+        16,
+        "nothing left but the dead letters"
+    );
     assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }
@@ -193,7 +214,10 @@ pub(crate) async fn a_killed_session_frees_its_rows_and_its_acks_settle_none<DB:
     for _ in 0..4 {
         first_ids.push(recv(&mut first_started, "the first runner's four deliveries", 30).await);
     }
-    assert!(keys::end_sessions(&ctx, &t).await > 0, "a session held the keys");
+    assert!(
+        keys::end_sessions(&ctx, &t).await > 0,
+        "a session held the keys"
+    );
     let (second, mut second_started) = gated(ctx.pool(6).await, &second_gate);
     let second = second.start().await.unwrap();
     let mut second_ids = Vec::new();
@@ -202,7 +226,10 @@ pub(crate) async fn a_killed_session_frees_its_rows_and_its_acks_settle_none<DB:
     }
     first_ids.sort_unstable();
     second_ids.sort_unstable();
-    assert_eq!(first_ids, second_ids, "the killed session's rows, delivered again");
+    assert_eq!(
+        first_ids, second_ids,
+        "the killed session's rows, delivered again"
+    );
     // The first runner's handlers end: their acks fail, the rows stay (in work elsewhere).
     first_gate.add_permits(4);
     first.shutdown().await.unwrap();

@@ -72,7 +72,10 @@ fn watch(table: &str) {
 /// The statements recorded for `table` since `watch`, no longer recorded.
 fn statements(table: &str) -> Vec<String> {
     let mut watched = WATCHED.lock().unwrap();
-    let i = watched.iter().position(|(t, _)| t == table).expect("watched");
+    let i = watched
+        .iter()
+        .position(|(t, _)| t == table)
+        .expect("watched");
     watched.swap_remove(i).1
 }
 
