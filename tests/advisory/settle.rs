@@ -13,6 +13,8 @@ use crate::keys;
 use crate::support::{Ctx, Spec, TestDb, recv};
 
 const WORKERS: usize = 8;
+/// The pool of a runner of `WORKERS` workers, and room for more.
+const POOL: u32 = 10;
 
 /// Deliveries per row id.
 type Seen = Arc<Mutex<HashMap<i64, u32>>>;
@@ -56,10 +58,7 @@ pub(crate) async fn each_row_once_across_two_runners_and_no_key_left<DB: TestDb>
             .await
             .unwrap();
         let seen = Seen::default();
-        let (one, other) = (
-            ctx.pool(WORKERS as u32 + 2).await,
-            ctx.pool(WORKERS as u32 + 2).await,
-        );
+        let (one, other) = (ctx.pool(POOL).await, ctx.pool(POOL).await);
         let one = acking(&one, &t, attempt, &seen).start().await.unwrap();
         let other = acking(&other, &t, attempt, &seen).start().await.unwrap();
         ctx.wait_none(&t, "1 = 1", 60).await;
