@@ -73,6 +73,11 @@ pub(crate) struct AdvisorySql {
     pub(crate) finish: Stmt,
     /// ack and drop of `2^k` rows.
     pub(crate) finish_many: BySize,
+    /// `finish_many` and the release of the rows' keys in one statement (PostgreSQL), each key
+    /// handed to the statement's transaction, which keeps it until the commit; returns the ids
+    /// whose key was held. MySQL/MariaDB have no lock of a transaction's: a lock released in the
+    /// statement would be free before the commit, and a claim could read the row still there.
+    pub(crate) finish_unlock_many: Option<BySize>,
     /// retry_after: `retry_after = at`; absent without the column.
     pub(crate) retry_after: Option<Stmt>,
     /// `attempt = ?` of a row whose key is held: a row claimed but never delivered goes back
@@ -330,6 +335,8 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             finish(w, n);
             by(w);
         }),
+        finish_unlock_many: (n.dialect == Dialect::Postgres)
+            .then(|| BySize::new(MAX_FINISH, |count| postgres::finish_unlock_many(n, count))),
         retry_after: retry_after_by_id(n, false),
         restore_attempt: n.attempt.as_deref().map(|attempt| {
             let mut w = n.writer();

@@ -1,6 +1,6 @@
 //! PostgreSQL statement text.
 
-use super::common::{claimable, order, read_created};
+use super::common::{claimable, finish, ids, order, read_created};
 use super::lease::lease_set;
 use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
 
@@ -133,6 +133,34 @@ pub(super) fn unlock_many(count: u16) -> Stmt {
     w.push(") AS v (k)) AS d WHERE pg_advisory_unlock(");
     key_of(&mut w, "d.k");
     w.push(")");
+    w.finish()
+}
+
+/// Acks and drops of `count` rows whose keys the session holds, and the release of those keys,
+/// in one statement: `WITH d AS (DELETE .. WHERE id IN (..) RETURNING 1)` (or `processed_at =
+/// now`), then, once `d` has run whole (a settlement that fails releases nothing), each key of
+/// the ids (`IdAt`, padded as `unlock_many`'s) taken again for the statement's transaction and
+/// released from the session; returns the ids whose key the session held. The transaction's
+/// hold keeps the key until the settlement has committed: no claim takes it before, when it
+/// would still see the row.
+pub(super) fn finish_unlock_many(n: &Names, count: u16) -> Stmt {
+    let mut w = n.writer();
+    w.push("WITH d AS (");
+    finish(&mut w, n);
+    w.push(" WHERE ");
+    ids(&mut w, n, count);
+    w.push(" RETURNING 1) SELECT v.k FROM (SELECT DISTINCT v.k FROM (VALUES ");
+    for i in 0..count {
+        if i > 0 {
+            w.push(", ");
+        }
+        w.push("(CAST(").param(Slot::IdAt(i)).push(" AS BIGINT))");
+    }
+    w.push(") AS v (k)) AS v WHERE CASE WHEN (SELECT COUNT(*) FROM d) < 0 THEN FALSE WHEN ");
+    try_xact_lock_of(&mut w, "v.k");
+    w.push(" THEN pg_advisory_unlock(");
+    key_of(&mut w, "v.k");
+    w.push(") ELSE FALSE END");
     w.finish()
 }
 

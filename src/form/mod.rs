@@ -66,6 +66,9 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     const ONE_CLAIM: bool;
     /// Acks and drops of many deliveries settle together ([`Form::settle_many`]).
     const GROUPS_ACKS: bool = false;
+    /// Rows per worker a queue of single deliveries keeps waiting for their grouped ack, beyond
+    /// its rows in work or waiting for a worker (one claim serves every free worker).
+    const ACKS_IN_HAND: usize = 1;
     /// A row is held by a key its release unlocks (counted at shutdown).
     const HOLDS_KEYS: bool = false;
 

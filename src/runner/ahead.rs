@@ -6,10 +6,14 @@
 //! A queue keeps in work or waiting for a worker at most its workers and three rows per worker
 //! more (none on a table with priorities, nor in the advisory form:
 //! `QueueConfig::ahead_per_worker`), and as many as its workers again waiting for their grouped
-//! ack. How many it claims ahead follows how long a worker stays
+//! ack (the advisory form: three times as many, `Form::ACKS_IN_HAND`, so that a claim finds a
+//! place for every free worker while the acks of earlier claims commit). How many it claims
+//! ahead follows how long a worker stays
 //! busy with a delivery: the rows ahead are what the workers finish within [`AHEAD_FOR`], so a
 //! row waits about that long for its worker however slow the handlers are (a queue of handlers
-//! slower than that claims none ahead). Rows start in claim order. A lease that a row waited
+//! slower than that claims none ahead); a queue that claims none ahead, of deliveries quicker
+//! than [`QUICK`], claims once half its workers are free rather than a row per worker that
+//! frees (never waiting on an idle queue). Rows start in claim order. A lease that a row waited
 //! past the half of is renewed before its handler starts
 //! ([`keeper::confirm`](super::keeper::confirm)); a row whose lease was lost meanwhile is not
 //! delivered, nor one whose job a notification said cancelled while it waited (PostgreSQL, a
@@ -40,6 +44,11 @@ use crate::handler::CallOne;
 /// How long the rows claimed ahead keep the workers busy, at most (see the module's docs).
 const AHEAD_FOR: Duration = Duration::from_millis(10);
 
+/// Deliveries that keep their worker less than this on average end soon: a queue that claims
+/// no rows ahead waits for half its workers to be free rather than claim a row or two for the
+/// first (each claim is a round trip or more, and on the advisory form a session).
+const QUICK: Duration = Duration::from_millis(1);
+
 /// How long a worker stays busy with one delivery: a moving mean, over about the last 8.
 #[derive(Debug, Default)]
 struct Busy {
@@ -56,6 +65,12 @@ impl Busy {
             _ => mean - mean / 8 + busy / 8,
         };
         self.mean.store(mean.max(1), Ordering::Relaxed);
+    }
+
+    /// Whether a delivery keeps its worker less than [`QUICK`] (none ended yet: no).
+    fn quick(&self) -> bool {
+        let mean = self.mean.load(Ordering::Relaxed);
+        mean != 0 && u128::from(mean) < QUICK.as_nanos()
     }
 
     /// How many rows `workers` finish within [`AHEAD_FOR`], at most `per_worker` each.
@@ -136,8 +151,8 @@ where
     H: CallOne<DB>,
 {
     // In work or waiting for a worker: the workers and the rows ahead; and waiting for their
-    // grouped ack: as many as the workers again.
-    let most = q.workers * (2 + q.ahead_per_worker);
+    // grouped ack: as many as the workers again (the advisory form: more, `ACKS_IN_HAND`).
+    let most = q.workers * (1 + F::ACKS_IN_HAND + q.ahead_per_worker);
     let in_hand = Arc::new(Semaphore::new(most));
     let workers = Arc::new(Semaphore::new(q.workers));
     let busy = Arc::new(Busy::default());
@@ -182,7 +197,10 @@ where
             .saturating_sub(active)
             .min(permits.num_permits())
             .min(MAX_CLAIM);
-        let starved = free > 0 && waiting_now == 0;
+        // A queue without rows ahead, whose deliveries end soon, waits for more free workers
+        // while some are busy (never on an idle queue).
+        let soon = q.ahead_per_worker == 0 && active > 0 && busy.quick();
+        let starved = free > 0 && waiting_now == 0 && !soon;
         if want == 0 || (!starved && want < target.div_ceil(2)) {
             drop(permits);
             tokio::select! {
@@ -354,10 +372,12 @@ mod tests {
     fn quick_handlers_claim_a_row_ahead_per_worker_and_slow_ones_none() {
         let busy = Busy::default();
         assert_eq!(busy.ahead(8, 3), 24, "before any delivery");
+        assert!(!busy.quick(), "before any delivery");
         for _ in 0..64 {
             busy.record(Duration::from_micros(100));
         }
         assert_eq!(busy.ahead(8, 3), 24);
+        assert!(busy.quick());
         for _ in 0..64 {
             busy.record(Duration::from_millis(40));
         }
@@ -366,6 +386,7 @@ mod tests {
             2,
             "8 workers finish 2 rows of 40 ms within 10 ms"
         );
+        assert!(!busy.quick());
         for _ in 0..64 {
             busy.record(Duration::from_secs(1));
         }

@@ -80,6 +80,15 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
         sql.finish_many.for_len(4).text(),
         r#"DELETE FROM "jobs" WHERE "id" IN ($1, $2, $3, $4)"#
     );
+    assert_eq!(
+        sql.finish_unlock_many.as_ref().unwrap().for_len(2).text(),
+        "WITH d AS (DELETE FROM \"jobs\" WHERE \"id\" IN ($1, $2) RETURNING 1) SELECT v.k \
+         FROM (SELECT DISTINCT v.k FROM (VALUES (CAST($3 AS BIGINT)), (CAST($4 AS BIGINT))) \
+         AS v (k)) AS v WHERE CASE WHEN (SELECT COUNT(*) FROM d) < 0 THEN FALSE WHEN \
+         pg_try_advisory_xact_lock(((CAST($5 AS BIGINT) << 32) | (CAST(v.k AS BIGINT) & \
+         4294967295))) THEN pg_advisory_unlock(((CAST($6 AS BIGINT) << 32) | (CAST(v.k AS \
+         BIGINT) & 4294967295))) ELSE FALSE END"
+    );
     assert!(sql.count.is_none() && sql.count_many.is_none());
     assert_eq!(
         sql.restore_attempt.unwrap().text(),
@@ -109,6 +118,7 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
         "UPDATE `jobs` SET `attempt` = CASE WHEN `attempt` < 255 THEN `attempt` + 1 \
          ELSE `attempt` END WHERE `id` IN (?, ?)"
     );
+    assert!(sql.finish_unlock_many.is_none());
     assert!(sql.unlock_many.unwrap().for_len(2).text().starts_with(
         "SELECT CAST(d.k AS SIGNED) FROM (SELECT CAST(? AS SIGNED) AS k UNION SELECT \
              CAST(? AS SIGNED) AS k) AS d WHERE RELEASE_LOCK("

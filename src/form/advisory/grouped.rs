@@ -1,7 +1,8 @@
 //! The advisory lock form for plain single deliveries: a claim takes the keys of many rows on
 //! one session, which then holds them for every delivery of that claim, and the grouped acks
-//! settle them there together — one `DELETE` and one unlock for all the acks waiting on a
-//! session, where a session per delivery would commit and unlock each row on its own.
+//! settle them there together — one statement that deletes and unlocks (or one `DELETE` and one
+//! unlock, see `sets`) for all the acks waiting on a session, where a session per delivery
+//! would commit and unlock each row on its own.
 //!
 //! Every other settlement (a retry, a delay, a dead letter, a statement of the service's own)
 //! runs row by row on the session, as on a session of the row's own; statements on one session
@@ -79,6 +80,10 @@ impl<DB: Backend> Form<DB> for GroupedForm {
     type Batch = HeldConn<DB>;
     const ONE_CLAIM: bool = true;
     const GROUPS_ACKS: bool = true;
+    /// A claim takes no row ahead of the workers (`QueueConfig::ahead_per_worker`): it takes a
+    /// row for each free worker, and it finds places for them while the rows of earlier claims
+    /// wait for their acks' statement.
+    const ACKS_IN_HAND: usize = 3;
     const HOLDS_KEYS: bool = true;
 
     async fn prepare(

@@ -5,14 +5,17 @@
 //! lock in the query: a key another session holds is passed over), and one that reads those rows
 //! again (another session may have settled one since the query's snapshot) and counts their
 //! attempts. Each settlement statement commits on its own on that session (or with a
-//! transactional delivery's transaction on it), then the key is released; a batch settles its
-//! acks and drops with one statement and releases its keys with one more.
+//! transactional delivery's transaction on it), then the key is released: on PostgreSQL, acks
+//! and drops outside a transaction in the same statement (its transaction keeps each key until
+//! it commits); elsewhere a batch settles its acks and drops with one statement and releases
+//! its keys with one more.
 //!
-//! The form's type, its [`Form`] impl and its settlement are here; taking and releasing a key
-//! (`take`) is beside it.
+//! The form's type, its [`Form`] impl and its settlement of one row are here; taking and
+//! releasing a key (`take`) and the settlement of many rows (`sets`) are beside it.
 
 pub(crate) mod grouped;
 mod keys;
+mod sets;
 mod take;
 
 use keys::Keys;
@@ -25,7 +28,7 @@ use super::{
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
 use crate::delivery::{Outcome, Settle};
-use crate::dialect::{self, AdvisorySql, Args, Dialect, MAX_FINISH, Stmt};
+use crate::dialect::{self, AdvisorySql, Args, Dialect, Stmt};
 use crate::error::{Error, Result};
 
 /// The advisory lock form of one mounted queue.
@@ -228,6 +231,7 @@ impl AdvisoryForm {
         statements.extend(sql.unlock.iter().chain(&sql.count).chain(&sql.retry_after));
         statements.extend(sql.take_many.iter().chain(sql.finish_many.iter()));
         statements.extend(sql.unlock_many.iter().flatten());
+        statements.extend(sql.finish_unlock_many.iter().flatten());
         statements.extend(sql.count_many.iter().flatten());
         statements.extend(sql.restore_attempt.iter());
         super::schema::prepare_all::<DB>(conn, config, &statements).await?;
@@ -265,75 +269,6 @@ impl AdvisoryForm {
         }
     }
 
-    /// Settles a batch on the session holding its keys: acks and drops with one statement (row
-    /// by row if it fails, so each row's own statement says how it went), retries with none, and
-    /// their keys released with one more; a delay, a dead letter or a custom statement row by
-    /// row, as a single delivery. One result per row, in order. `keep_failed`: as
-    /// [`settle_on`](Self::settle_on)'s.
-    async fn settle_sets<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        settlements: &[(i64, Outcome)],
-        keep_failed: bool,
-    ) -> Vec<Result<()>> {
-        let checked = &self.checked;
-        let mut results: Vec<Option<Result<()>>> = settlements.iter().map(|_| None).collect();
-        let (mut finish, mut unlock_only) = (Vec::new(), Vec::new());
-        for (i, &(id, outcome)) in settlements.iter().enumerate() {
-            match outcome.0 {
-                _ if checked.custom.get(outcome.0).is_some() => {}
-                Settle::Ack | Settle::Drop | Settle::Undecodable => finish.push((i, id)),
-                Settle::DeadLetter if checked.dead.is_none() => {
-                    no_dead_letter(&checked.table, id);
-                    finish.push((i, id));
-                }
-                Settle::Retry => unlock_only.push((i, id)),
-                Settle::DeadLetter | Settle::RetryAfter(_) => {}
-            }
-        }
-        let now = Some(checked.clock.now());
-        let mut failed = Vec::new();
-        for chunk in finish.chunks(MAX_FINISH) {
-            let ids: Vec<i64> = chunk.iter().map(|(_, id)| *id).collect();
-            let args = Args {
-                ids: &ids,
-                now,
-                ..Args::default()
-            };
-            let stmt = self.sql.finish_many.for_len(ids.len());
-            match execute::<DB>(conn, stmt, &args).await {
-                Ok(_) => unlock_only.extend_from_slice(chunk),
-                // Row by row below: each row's statement fails or not on its own, and names
-                // its row.
-                Err(error) => {
-                    tracing::debug!(%error, rows = ids.len(), "a batch's acks fall back to one per row");
-                    failed.extend_from_slice(chunk);
-                }
-            }
-        }
-        let ids: Vec<i64> = unlock_only.iter().map(|(_, id)| *id).collect();
-        match self.unlock_many::<DB>(conn, &ids).await {
-            Ok(lost) => {
-                for &(i, id) in &unlock_only {
-                    let lost = lost.contains(&id).then(|| self.key_lost(id));
-                    results[i].get_or_insert(lost.map_or(Ok(()), Err));
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "could not release a batch's keys; its connection is closed");
-                for &(i, _) in &unlock_only {
-                    results[i].get_or_insert(Ok(()));
-                }
-            }
-        }
-        for (i, &(id, outcome)) in settlements.iter().enumerate() {
-            if results[i].is_none() || failed.iter().any(|(f, _)| *f == i) {
-                results[i] = Some(self.settle_on::<DB>(conn, id, outcome, keep_failed).await);
-            }
-        }
-        results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
-    }
-
     /// Settles row `id` on the session holding its key (each statement commits on its own, or
     /// with the delivery's transaction when `conn` is in one), then releases the key. A
     /// statement that fails still releases the key, and the row returns as it was — unless
@@ -351,6 +286,22 @@ impl AdvisoryForm {
             (Some(custom), _, _) => execute::<DB>(conn, custom, &args).await.map(drop),
             (None, Some(dead), Settle::DeadLetter) => dead.run(conn, &args).await.map(drop),
             (None, _, settle) => match self.statement(settle, id) {
+                // Settled and released in one statement, outside a delivery's transaction.
+                Some(stmt)
+                    if std::ptr::eq(stmt, &self.sql.finish)
+                        && conn.depth() == 0
+                        && self.sql.finish_unlock_many.is_some() =>
+                {
+                    return match self.finish_unlock::<DB>(conn, &[id]).await {
+                        Ok(lost) if lost.is_empty() => Ok(()),
+                        Ok(_) => Err(self.key_lost(id)),
+                        Err(error) if keep_failed => Err(error),
+                        Err(error) => {
+                            let _ = self.unlock::<DB>(conn, id).await;
+                            Err(error)
+                        }
+                    };
+                }
                 Some(stmt) => execute::<DB>(conn, stmt, &args).await.map(drop),
                 None => Ok(()),
             },

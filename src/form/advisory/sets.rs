@@ -1,0 +1,123 @@
+//! The advisory form's settlement of many rows on the session holding their keys (a batch, or
+//! the grouped acks of a claim's rows): acks and drops with one statement that also releases
+//! their keys where the database allows it (`finish_unlock_many`, PostgreSQL), else with one
+//! statement and one release; retries with the release alone; every other outcome row by row.
+
+use super::AdvisoryForm;
+use crate::backend::{Backend, HeldConn, Key};
+use crate::delivery::{Outcome, Settle};
+use crate::dialect::{Args, MAX_FINISH};
+use crate::error::Result;
+use crate::form::{execute, fetch_i64s, no_dead_letter};
+
+impl AdvisoryForm {
+    /// Settles a batch on the session holding its keys: acks and drops with one statement (row
+    /// by row if it fails, so each row's own statement says how it went), retries with none, and
+    /// their keys released with it or with one more; a delay, a dead letter or a custom
+    /// statement row by row, as a single delivery. One result per row, in order. `keep_failed`:
+    /// as [`settle_on`](Self::settle_on)'s.
+    pub(super) async fn settle_sets<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        settlements: &[(i64, Outcome)],
+        keep_failed: bool,
+    ) -> Vec<Result<()>> {
+        let checked = &self.checked;
+        let mut results: Vec<Option<Result<()>>> = settlements.iter().map(|_| None).collect();
+        let (mut finish, mut unlock_only) = (Vec::new(), Vec::new());
+        for (i, &(id, outcome)) in settlements.iter().enumerate() {
+            match outcome.0 {
+                _ if checked.custom.get(outcome.0).is_some() => {}
+                Settle::Ack | Settle::Drop | Settle::Undecodable => finish.push((i, id)),
+                Settle::DeadLetter if checked.dead.is_none() => {
+                    no_dead_letter(&checked.table, id);
+                    finish.push((i, id));
+                }
+                Settle::Retry => unlock_only.push((i, id)),
+                Settle::DeadLetter | Settle::RetryAfter(_) => {}
+            }
+        }
+        let mut failed = Vec::new();
+        for chunk in finish.chunks(MAX_FINISH) {
+            let ids: Vec<i64> = chunk.iter().map(|(_, id)| *id).collect();
+            let settled = match &self.sql.finish_unlock_many {
+                Some(_) => self.finish_unlock::<DB>(conn, &ids).await.map(|lost| {
+                    for &(i, id) in chunk {
+                        let lost = lost.contains(&id).then(|| self.key_lost(id));
+                        results[i] = Some(lost.map_or(Ok(()), Err));
+                    }
+                }),
+                None => self.finish::<DB>(conn, &ids).await.map(|()| {
+                    unlock_only.extend_from_slice(chunk);
+                }),
+            };
+            // Row by row below: each row's statement fails or not on its own, and names its row.
+            if let Err(error) = settled {
+                tracing::debug!(%error, rows = ids.len(), "a batch's acks fall back to one per row");
+                failed.extend_from_slice(chunk);
+            }
+        }
+        let ids: Vec<i64> = unlock_only.iter().map(|(_, id)| *id).collect();
+        match self.unlock_many::<DB>(conn, &ids).await {
+            Ok(lost) => {
+                for &(i, id) in &unlock_only {
+                    let lost = lost.contains(&id).then(|| self.key_lost(id));
+                    results[i].get_or_insert(lost.map_or(Ok(()), Err));
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not release a batch's keys; its connection is closed");
+                for &(i, _) in &unlock_only {
+                    results[i].get_or_insert(Ok(()));
+                }
+            }
+        }
+        for (i, &(id, outcome)) in settlements.iter().enumerate() {
+            if results[i].is_none() || failed.iter().any(|(f, _)| *f == i) {
+                results[i] = Some(self.settle_on::<DB>(conn, id, outcome, keep_failed).await);
+            }
+        }
+        results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
+    }
+
+    /// Acks and drops rows `ids` (at most [`MAX_FINISH`]) with one statement, their keys kept.
+    async fn finish<DB: Backend>(&self, conn: &mut HeldConn<DB>, ids: &[i64]) -> Result<()> {
+        let args = Args {
+            ids,
+            now: Some(self.checked.clock.now()),
+            ..Args::default()
+        };
+        execute::<DB>(conn, self.sql.finish_many.for_len(ids.len()), &args).await?;
+        Ok(())
+    }
+
+    /// Acks and drops rows `ids` (at most [`MAX_FINISH`]) and releases their keys, with one
+    /// statement (`finish_unlock_many`, PostgreSQL): the ids whose key was not held (lost with a
+    /// session the server ended; their rows are settled all the same, as by a `DELETE` and an
+    /// unlock), or the statement's error, which leaves every key held (they are released once
+    /// the rows are settled).
+    pub(super) async fn finish_unlock<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        ids: &[i64],
+    ) -> Result<Vec<i64>> {
+        let Some(stmt) = &self.sql.finish_unlock_many else {
+            return Ok(ids.to_vec());
+        };
+        let args = Args {
+            ids,
+            now: Some(self.checked.clock.now()),
+            ..self.keys.args(0)
+        };
+        let released = fetch_i64s::<DB>(conn, stmt.for_len(ids.len()), &args).await?;
+        let mut lost = Vec::new();
+        for &id in ids {
+            if released.contains(&id) {
+                conn.release_key(Key::Session(id));
+            } else {
+                lost.push(id);
+            }
+        }
+        Ok(lost)
+    }
+}

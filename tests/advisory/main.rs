@@ -1,0 +1,61 @@
+//! The advisory lock form's settlement of grouped acks, a binary of its own: the `it` binary
+//! takes about 12 GB and many minutes to compile. These tests follow `tests/it`'s pattern and
+//! reuse its support (`tests/it/support`, with `tests/common`): each test is a generic function
+//! written once, `async fn name<DB: TestDb>()`, and `per_database!` below writes one module per
+//! database whose `#[tokio::test]`s run them there — `cargo test --test advisory mysql::` runs
+//! MariaDB's.
+//!
+//! What is tested here (`settle.rs`), on plain queues of single deliveries (the grouped
+//! sessions): each row delivered once across two runners of 8 workers and no key left after;
+//! retries, drops and dead letters among the grouped acks of a session settle each as it should;
+//! a session the server ends frees its rows to another runner, and its acks settle none of them;
+//! and (`statements.rs`, PostgreSQL) an ack's settlement releases the key in the statement that
+//! deletes the row.
+
+#[allow(
+    dead_code,
+    unused_imports,
+    reason = "`tests/it`'s support, of which these tests use a part"
+)]
+#[path = "../it/support/mod.rs"]
+mod support;
+
+mod keys;
+mod settle;
+mod statements;
+
+/// One module per database, with the tests as `#[tokio::test]`s under their own names;
+/// `postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`.
+macro_rules! per_database {
+    ($($db:ident => $ty:ty);* $(;)?) => {$(
+        mod $db {
+            advisory_tests!($ty:
+                each_row_once_across_two_runners_and_no_key_left =>
+                    settle::each_row_once_across_two_runners_and_no_key_left,
+                retries_drops_and_dead_letters_among_grouped_acks_settle =>
+                    settle::retries_drops_and_dead_letters_among_grouped_acks_settle,
+                a_killed_session_frees_its_rows_and_its_acks_settle_none =>
+                    settle::a_killed_session_frees_its_rows_and_its_acks_settle_none,
+                acks_release_their_keys_in_the_settling_statement =>
+                    statements::acks_release_their_keys_in_the_settling_statement,
+            );
+        }
+    )*};
+}
+
+macro_rules! advisory_tests {
+    ($db:ty: $($name:ident => $module:ident::$test:ident),+ $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            crate::statements::install();
+            crate::support::on_server_of(module_path!(), crate::$module::$test::<$db>()).await;
+        }
+    )+};
+}
+
+per_database! {
+    sqlite => sqlx::Sqlite;
+    postgres => sqlx::Postgres;
+    postgres18 => sqlx::Postgres;
+    mysql => sqlx::MySql;
+}

@@ -1,0 +1,145 @@
+//! The statements an advisory queue's acks run, as sqlx logs them: on PostgreSQL, the statement
+//! that deletes acked rows releases their keys too — one statement per session and flush, not
+//! two. (MySQL/MariaDB have no lock of a transaction's to hand a key to until the commit: their
+//! acks delete, then unlock.)
+
+use std::sync::{Arc, Mutex, Once};
+use std::time::Duration;
+
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use tracing::field::{Field, Visit};
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{EnvFilter, Targets};
+use tracing_subscriber::layer::{Context, SubscriberExt as _};
+
+use crate::keys;
+use crate::support::{Ctx, Spec, TestDb, report};
+
+/// The statements sqlx ran that name a watched table (tests run side by side in this process:
+/// each watches its own table).
+static WATCHED: Mutex<Vec<(String, Vec<String>)>> = Mutex::new(Vec::new());
+
+/// Records the statements of the watched tables.
+struct Statements;
+
+struct Text(String);
+
+impl Visit for Text {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "db.statement" {
+            value.clone_into(&mut self.0);
+        }
+    }
+
+    fn record_debug(&mut self, _: &Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> Layer<S> for Statements {
+    fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+        let mut text = Text(String::new());
+        event.record(&mut text);
+        let mut watched = WATCHED.lock().unwrap();
+        for (table, statements) in watched.iter_mut() {
+            if text.0.contains(table.as_str()) {
+                statements.push(text.0.trim().to_owned());
+            }
+        }
+    }
+}
+
+/// Installs the process's subscriber, before any test's `Ctx` would install its own: the log
+/// `RUST_LOG` asks for, as the support's, and the statements of the watched tables.
+pub(crate) fn install() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        let log = tracing_subscriber::fmt::layer()
+            .with_test_writer()
+            .with_filter(EnvFilter::from_default_env());
+        let statements = Statements.with_filter(
+            Targets::new().with_target("sqlx::query", tracing::level_filters::LevelFilter::TRACE),
+        );
+        let subscriber = tracing_subscriber::registry().with(log).with(statements);
+        tracing::subscriber::set_global_default(subscriber).expect("the first subscriber");
+    });
+}
+
+/// Starts recording the statements that name `table` (sqlx's statement events, at any level).
+fn watch(table: &str) {
+    install();
+    WATCHED.lock().unwrap().push((table.to_owned(), Vec::new()));
+}
+
+/// The statements recorded for `table` since `watch`, no longer recorded.
+fn statements(table: &str) -> Vec<String> {
+    let mut watched = WATCHED.lock().unwrap();
+    let i = watched
+        .iter()
+        .position(|(t, _)| t == table)
+        .expect("watched");
+    watched.swap_remove(i).1
+}
+
+/// Eight workers drain 200 rows whose handlers ack: every statement that deletes rows also
+/// releases their keys (`WITH d AS (DELETE ..) SELECT .. pg_advisory_unlock`, each key held by
+/// the statement's transaction until it commits), and no key is left. PostgreSQL only.
+pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb>() {
+    if DB::LABEL != "postgres" {
+        return;
+    }
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            attempt: true,
+            ..Spec::default()
+        })
+        .await;
+    let payloads: Vec<String> = (0..200).map(|i| format!("job {i}")).collect();
+    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
+        .await
+        .unwrap();
+    watch(&t);
+    let delivered = Arc::new(Mutex::new(0_usize));
+    let counted = Arc::clone(&delivered);
+    let queue = Queue::table(Table::new(&t))
+        .advisory_lock()
+        .workers(8)
+        .attempt("attempt")
+        .handler(move |_: Delivery<DB>| {
+            *counted.lock().unwrap() += 1;
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    ctx.wait_none(&t, "1 = 1", 60).await;
+    running.shutdown().await.unwrap();
+    let statements = statements(&t);
+    let deletes: Vec<&String> = statements
+        .iter()
+        .filter(|s| s.starts_with("DELETE") || s.starts_with("WITH d AS (DELETE"))
+        .collect();
+    assert!(!deletes.is_empty(), "the acks' statements were recorded");
+    let apart: Vec<&&String> = deletes
+        .iter()
+        .filter(|s| !s.contains("pg_advisory_unlock("))
+        .collect();
+    assert!(
+        apart.is_empty(),
+        "acks whose keys are released apart from their rows' DELETE: {apart:?}"
+    );
+    report(&format!(
+        "{}: 200 acks in {} settling statements ({} statements naming the table)",
+        DB::LABEL,
+        deletes.len(),
+        statements.len()
+    ));
+    assert_eq!(*delivered.lock().unwrap(), 200);
+    assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
+    ctx.drop_tables().await;
+}
