@@ -11,9 +11,7 @@
 //! ahead follows how long a worker stays
 //! busy with a delivery: the rows ahead are what the workers finish within [`AHEAD_FOR`], so a
 //! row waits about that long for its worker however slow the handlers are (a queue of handlers
-//! slower than that claims none ahead); a queue that claims none ahead, of deliveries quicker
-//! than [`QUICK`], claims once half its workers are free rather than a row per worker that
-//! frees (never waiting on an idle queue). Rows start in claim order. A lease that a row waited
+//! slower than that claims none ahead). Rows start in claim order. A lease that a row waited
 //! past the half of is renewed before its handler starts
 //! ([`keeper::confirm`](super::keeper::confirm)); a row whose lease was lost meanwhile is not
 //! delivered, nor one whose job a notification said cancelled while it waited (PostgreSQL, a
@@ -44,11 +42,6 @@ use crate::handler::CallOne;
 /// How long the rows claimed ahead keep the workers busy, at most (see the module's docs).
 const AHEAD_FOR: Duration = Duration::from_millis(10);
 
-/// Deliveries that keep their worker less than this on average end soon: a queue that claims
-/// no rows ahead waits for half its workers to be free rather than claim a row or two for the
-/// first (each claim is a round trip or more, and on the advisory form a session).
-const QUICK: Duration = Duration::from_millis(1);
-
 /// How long a worker stays busy with one delivery: a moving mean, over about the last 8.
 #[derive(Debug, Default)]
 struct Busy {
@@ -65,12 +58,6 @@ impl Busy {
             _ => mean - mean / 8 + busy / 8,
         };
         self.mean.store(mean.max(1), Ordering::Relaxed);
-    }
-
-    /// Whether a delivery keeps its worker less than [`QUICK`] (none ended yet: no).
-    fn quick(&self) -> bool {
-        let mean = self.mean.load(Ordering::Relaxed);
-        mean != 0 && u128::from(mean) < QUICK.as_nanos()
     }
 
     /// How many rows `workers` finish within [`AHEAD_FOR`], at most `per_worker` each.
@@ -197,10 +184,10 @@ where
             .saturating_sub(active)
             .min(permits.num_permits())
             .min(MAX_CLAIM);
-        // A queue without rows ahead, whose deliveries end soon, waits for more free workers
-        // while some are busy (never on an idle queue).
-        let soon = q.ahead_per_worker == 0 && active > 0 && busy.quick();
-        let starved = free > 0 && waiting_now == 0 && !soon;
+        // A free worker with no row waiting is never kept waiting for others to free: the
+        // deliveries still in work may be slow whatever the mean says (a wait for half the
+        // workers of quick queues starved a free worker behind handlers that did not end).
+        let starved = free > 0 && waiting_now == 0;
         if want == 0 || (!starved && want < target.div_ceil(2)) {
             drop(permits);
             tokio::select! {
@@ -372,12 +359,10 @@ mod tests {
     fn quick_handlers_claim_a_row_ahead_per_worker_and_slow_ones_none() {
         let busy = Busy::default();
         assert_eq!(busy.ahead(8, 3), 24, "before any delivery");
-        assert!(!busy.quick(), "before any delivery");
         for _ in 0..64 {
             busy.record(Duration::from_micros(100));
         }
         assert_eq!(busy.ahead(8, 3), 24);
-        assert!(busy.quick());
         for _ in 0..64 {
             busy.record(Duration::from_millis(40));
         }
@@ -386,7 +371,6 @@ mod tests {
             2,
             "8 workers finish 2 rows of 40 ms within 10 ms"
         );
-        assert!(!busy.quick());
         for _ in 0..64 {
             busy.record(Duration::from_secs(1));
         }
