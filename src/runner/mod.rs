@@ -21,17 +21,16 @@ mod quarantine;
 mod queue;
 mod rate;
 mod requests;
+mod running;
 mod schedule;
 mod server;
 mod stats;
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use sqlx::Pool;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::{Backend, Clock};
@@ -42,9 +41,10 @@ use crate::handler::Mount;
 use crate::table::Pooler;
 use launch::Launch;
 use queue::Shared;
+pub use running::Running;
 pub use schedule::{DEFAULT_SCHEDULES_TABLE, Missed, Schedule};
 use schedule::{Scheduled, Started};
-use stats::{Counters, QueueReport};
+use stats::Counters;
 pub use stats::{ShutdownReport, Stats};
 
 /// How often an idle queue looks for rows when nothing wakes it (default).
@@ -331,85 +331,6 @@ impl<DB: Backend> fmt::Debug for Runner<DB> {
             .field("poll_interval", &self.poll_interval)
             .field("shutdown_timeout", &self.shutdown_timeout)
             .field("pooler", &self.pooler)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Started queues. [`shutdown`](Running::shutdown) stops them and waits; dropping this without
-/// it stops claiming, and lets deliveries in work finish in the background.
-#[must_use = "dropping `Running` stops its queues; call `shutdown().await` to wait for them"]
-pub struct Running {
-    /// The clock's measurements and the notification listener.
-    background: Vec<JoinHandle<()>>,
-    stop: CancellationToken,
-    abort: CancellationToken,
-    tasks: Vec<JoinHandle<QueueReport>>,
-    schedules: Started,
-    stats: Arc<Counters>,
-    shutdown_timeout: Duration,
-}
-
-impl Running {
-    /// Counts of what the runner has done so far, over all its queues.
-    pub fn stats(&self) -> Stats {
-        self.stats.snapshot()
-    }
-
-    /// Stops claiming, lets the deliveries in work finish and settle (cancelling those still
-    /// running after the runner's `shutdown_timeout`, whose rows are released unsettled), and
-    /// releases rows claimed but not started. No lease or lock is left behind.
-    ///
-    /// It returns at most `shutdown_timeout` plus two seconds after it is called, whatever the
-    /// handlers are blocked on: a cancelled delivery's connection is closed rather than rolled
-    /// back on (a statement of its handler's may still run there), and each statement that
-    /// returns its row (a lease extension in flight, the release, ending its server session)
-    /// gets one second. A row whose release could not be confirmed is counted in
-    /// [`ShutdownReport::unreleased`].
-    ///
-    /// # Errors
-    ///
-    /// None today; the `Result` leaves room for failures to report.
-    pub async fn shutdown(mut self) -> Result<ShutdownReport> {
-        let mut report = ShutdownReport {
-            in_work: self.stats.in_work.load(Ordering::Relaxed),
-            ..ShutdownReport::default()
-        };
-        self.stop.cancel();
-        let tasks = std::mem::take(&mut self.tasks);
-        let abort = self.abort.clone();
-        let timeout = self.shutdown_timeout;
-        let deadline = tokio::spawn(async move {
-            tokio::time::sleep(timeout).await;
-            abort.cancel();
-        });
-        self.schedules.stopped().await;
-        for task in tasks {
-            match task.await {
-                Ok(queue) => report.add(&queue),
-                // A queue task that panicked has nothing left to release.
-                Err(error) => tracing::error!(%error, "a queue's task failed"),
-            }
-        }
-        deadline.abort();
-        Ok(report)
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.stop.cancel();
-        for task in &self.background {
-            task.abort();
-        }
-    }
-}
-
-impl fmt::Debug for Running {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Running")
-            .field("queues", &self.tasks.len())
-            .field("schedules", &self.schedules.names())
-            .field("stats", &self.stats())
             .finish_non_exhaustive()
     }
 }
