@@ -226,7 +226,7 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
             };
             let created_at = columns
                 .created_at
-                .then(|| DB::get_time(row, created).ok())
+                .then(|| DB::get_created(row, created))
                 .flatten();
             // A key that does not decode is a key of its own: the row still runs.
             let key = match columns.key {

@@ -79,6 +79,11 @@ pub trait Driver: sqlx::Database + sqlx::database::HasStatementCache {
         row: &Self::Row,
         index: usize,
     ) -> Result<chrono::DateTime<chrono::Utc>, sqlx::Error>;
+    /// A claimed row's creation time, for its pickup latency: `None` when it does not decode
+    /// (which only loses that row's latency). SQLite reads its text form itself.
+    fn get_created(row: &Self::Row, index: usize) -> Option<chrono::DateTime<chrono::Utc>> {
+        Self::get_time(row, index).ok()
+    }
     /// A time that may be NULL.
     fn get_time_or_null(
         row: &Self::Row,
