@@ -108,12 +108,12 @@ impl Table {
             let mut conn = conn.acquire().await?;
             let identity = self.keys_identity::<DB>(&mut conn, &sql).await?;
             let mut tx = begin::<DB>(&mut conn).await?;
-            let (done, key) = self
+            let (done, taken) = self
                 .cancel_on::<DB>(&mut tx, &names, &sql, identity.as_deref(), id)
                 .await?;
             tx.commit().await?;
             // SQLite: the row's key, taken in the process, is free once the removal committed.
-            drop(key);
+            drop(taken);
             Ok(done)
         })
     }
@@ -154,7 +154,7 @@ impl Table {
                 unique_key: Some(key),
                 ..Args::default()
             };
-            let (done, key) =
+            let (done, taken) =
                 match backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await? {
                     Some(id) => {
                         self.cancel_on::<DB>(&mut tx, &names, &sql, identity.as_deref(), id)
@@ -163,7 +163,7 @@ impl Table {
                     None => (Cancellation::NotFound, None),
                 };
             tx.commit().await?;
-            drop(key);
+            drop(taken);
             Ok(done)
         })
     }
