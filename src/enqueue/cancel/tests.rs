@@ -1,6 +1,7 @@
 //! SQLite's advisory keys as a cancellation sees them, read from the process's own set: a key a
 //! claim holds (taken, the row not read again yet) makes the job one in work, and a cancellation
-//! leaves no key of its own held — when it succeeds, fails, or is dropped.
+//! leaves no key of its own held — when it succeeds, fails, is dropped, or ran inside the
+//! caller's transaction.
 
 use std::time::Duration;
 
@@ -124,6 +125,34 @@ async fn no_key_is_left_held_on_success_or_error() {
     assert!(table.cancel(&pool, kept).await.is_err());
     assert_eq!(in_process::count(keys), 0, "given back on the error");
     assert_eq!(count(&pool, "SELECT COUNT(*) FROM jobs").await, 1);
+    close(pool, file).await;
+}
+
+/// Inside the caller's transaction the cancellation is a savepoint, and its key is given back
+/// when the savepoint ends (the README's limit): a rollback then cancels nothing, and the next
+/// cancellation takes the key again.
+#[tokio::test]
+async fn inside_the_callers_transaction_the_key_is_given_back_at_its_savepoint() {
+    let (pool, file) = database("savepoint").await;
+    let table = Table::new("jobs").cancel_requests("cancels");
+    let keys = keys_of(&pool, &table).await;
+    let id = table.enqueue(&pool, Job::new("x")).await.unwrap();
+    let mut tx = pool.begin().await.unwrap();
+    assert_eq!(
+        table.cancel(&mut *tx, id).await.unwrap(),
+        Cancellation::Cancelled(id)
+    );
+    assert_eq!(in_process::count(keys), 0);
+    tx.rollback().await.unwrap();
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM jobs").await, 1);
+    let mut tx = pool.begin().await.unwrap();
+    assert_eq!(
+        table.cancel(&mut *tx, id).await.unwrap(),
+        Cancellation::Cancelled(id)
+    );
+    tx.commit().await.unwrap();
+    assert_eq!(in_process::count(keys), 0);
+    assert_eq!(count(&pool, "SELECT COUNT(*) FROM jobs").await, 0);
     close(pool, file).await;
 }
 
