@@ -65,6 +65,12 @@ pub trait Listener: Send {
     fn recv(&mut self) -> BoxFuture<'_, Result<Option<Notification>, sqlx::Error>>;
 }
 
+/// Whether `conn` is inside a transaction (a caller's, when a call runs on the caller's
+/// transaction).
+pub(crate) fn in_transaction<DB: Backend>(conn: &DB::Connection) -> bool {
+    DB::TransactionManager::get_transaction_depth(conn) > 0
+}
+
 /// Opens the transaction that the checks at start run in behind a transaction pooler, so that
 /// they reach one server session (a statement prepared there is still there for its next use).
 pub(crate) async fn pin_checks<DB: Backend>(

@@ -73,6 +73,26 @@ pub(crate) mod in_process {
             keys.remove(&(table, id));
         }
     }
+
+    /// A key taken for a while (a cancellation's transaction), not for a delivery: released
+    /// when dropped, also on an error or when the future holding it is dropped.
+    #[derive(Debug)]
+    pub(crate) struct Taken {
+        table: u64,
+        id: i64,
+    }
+
+    /// Takes a key until the guard is dropped; `None` when it is held already.
+    pub(crate) fn take_for_now(table: u64, id: i64) -> Option<Taken> {
+        // Built only once taken: a guard dropped releases its key.
+        take(table, id).then(|| Taken { table, id })
+    }
+
+    impl Drop for Taken {
+        fn drop(&mut self) {
+            release(self.table, self.id);
+        }
+    }
 }
 
 impl<DB: Backend> HeldConn<DB> {

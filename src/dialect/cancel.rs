@@ -5,8 +5,10 @@
 //! MySQL/MariaDB, a table without one) when a row lock claim's transaction holds its row, or,
 //! where the table declares its cancel requests' table, when a runner holds its advisory key
 //! (taken for the cancellation's transaction when free: PostgreSQL `pg_try_advisory_xact_lock`,
-//! MySQL/MariaDB `GET_LOCK`, released after the removal). A job in work on those forms gets a
-//! request, which its runner reads (and, PostgreSQL, is notified of at commit).
+//! MySQL/MariaDB `GET_LOCK`, released after the removal; SQLite's keys are held in the process,
+//! where the cancellation takes the key around these statements, see [`KeysAt`]). A job in work
+//! on those forms gets a request, which its runner reads (and, PostgreSQL, is notified of at
+//! commit).
 //! PostgreSQL and SQLite remove the row first and return whether it was leased; MySQL/MariaDB,
 //! which has no `RETURNING`, locks the row first and reads it, then removes it in the same
 //! transaction. On a leased row the removal is what takes the lease away: its holder's renewal
@@ -39,8 +41,21 @@ pub(crate) struct CancelSql {
     /// PostgreSQL, with `request` or a lease column: the notification on the table's channel,
     /// sent at commit, for a job in work.
     pub(crate) notify: Option<Stmt>,
-    /// Whether the statements bind the table's advisory keys (`KeyClass`, `KeyPrefix`).
-    pub(crate) keys: bool,
+    /// Where the row's advisory key is tested, where a runner's key may hold the row (a table
+    /// with a cancel requests' table and no lease column).
+    pub(crate) keys: Option<KeysAt>,
+}
+
+/// Where the advisory keys a cancellation tests are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeysAt {
+    /// On the server: the statements take the row's key when it is free, binding the table's
+    /// key (`KeyClass`, `KeyPrefix`).
+    Server,
+    /// In this process (SQLite, whose advisory form serves one process per database file): the
+    /// cancellation takes the row's key itself when it is free, runs `remove`, and releases the
+    /// key after its commit; a key it finds held is a job in work (`exists`, then `request`).
+    Process,
 }
 
 /// The notification payload of a cancel request: this prefix, then the job's id (a wake-up's
@@ -50,13 +65,17 @@ pub(crate) const CANCEL_NOTICE: &str = "\u{1}cancel ";
 /// Renders the cancellation's statements for table `n` (of [`Names::of_table`]).
 pub(crate) fn cancel(n: &Names) -> CancelSql {
     // Held by an advisory lock: asked where cancel requests can be recorded.
-    let keys =
-        n.cancel_requests.is_some() && n.table_lease.is_none() && n.dialect != Dialect::Sqlite;
+    let asked = n.cancel_requests.is_some() && n.table_lease.is_none();
+    let keys = asked.then_some(match n.dialect {
+        Dialect::Sqlite => KeysAt::Process,
+        Dialect::Postgres | Dialect::MySql => KeysAt::Server,
+    });
+    let server_keys = keys == Some(KeysAt::Server);
     let probe = (n.dialect == Dialect::MySql).then(|| {
         let mut w = n.writer();
         w.push("SELECT ");
         leased(&mut w, n);
-        if keys {
+        if server_keys {
             w.push(", CAST((");
             super::mysql::try_lock_of(&mut w, &n.id);
             w.push(") AS SIGNED)");
@@ -91,7 +110,7 @@ pub(crate) fn cancel(n: &Names) -> CancelSql {
     by_id(&mut w, n);
     if n.dialect == Dialect::Postgres && n.table_lease.is_none() {
         super::common::unless_row_locked(&mut w, n);
-        if keys {
+        if server_keys {
             w.push(" AND CASE WHEN ")
                 .push(&n.id)
                 .push(" = ")
@@ -140,7 +159,7 @@ pub(crate) fn cancel(n: &Names) -> CancelSql {
         unfinished(&mut w, n);
         w.finish()
     });
-    let release = (keys && n.dialect == Dialect::MySql).then(|| {
+    let release = (server_keys && n.dialect == Dialect::MySql).then(|| {
         let mut w = n.writer();
         w.push("SELECT ");
         super::mysql::release_of(&mut w, "r.id");
@@ -286,7 +305,7 @@ mod tests {
     fn a_row_an_advisory_lock_holds_is_passed_over_and_requested() {
         let t = Table::new("jobs").cancel_requests("jobs_cancels");
         let pg = cancel(&names(Dialect::Postgres, &t));
-        assert!(pg.keys);
+        assert_eq!(pg.keys, Some(KeysAt::Server));
         assert_eq!(
             pg.remove.text(),
             r#"DELETE FROM "jobs" WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 FOR UPDATE SKIP LOCKED) AND CASE WHEN "id" = $3 THEN pg_try_advisory_xact_lock(((CAST($4 AS BIGINT) << 32) | (CAST("id" AS BIGINT) & 4294967295))) ELSE false END RETURNING CAST(0 AS BIGINT)"#
@@ -305,11 +324,19 @@ mod tests {
             "SELECT RELEASE_LOCK(IF(CHAR_LENGTH(CONCAT(?, r.id)) > 64, CONCAT('sqlxq:', MD5(CONCAT(?, r.id))), CONCAT(?, r.id))) FROM (SELECT CAST(? AS SIGNED) AS id) AS r"
         );
         let lite = cancel(&names(Dialect::Sqlite, &t));
-        assert!(!lite.keys);
+        assert_eq!(lite.keys, Some(KeysAt::Process));
+        // The key is taken in the process: the statements bind none.
+        assert_eq!(
+            lite.remove.text(),
+            "DELETE FROM `jobs` WHERE `id` = ? RETURNING 0"
+        );
         assert_eq!(
             lite.request.unwrap().text(),
             "INSERT OR IGNORE INTO `jobs_cancels` (id) VALUES (?)"
         );
+        let leased = t.lease("until");
+        assert_eq!(cancel(&names(Dialect::Sqlite, &leased)).keys, None);
+        assert_eq!(cancel(&names(Dialect::Postgres, &leased)).keys, None);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use crate::error::Result;
 pub(crate) use crate::table::Dialect;
 use crate::table::{Value, table_parts};
 
-pub(crate) use cancel::{CANCEL_NOTICE, CancelSql, cancel};
+pub(crate) use cancel::{CANCEL_NOTICE, CancelSql, KeysAt, cancel};
 pub(crate) use common::MAX_EXCLUDED;
 pub(crate) use custom::custom;
 pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect, requeue};
@@ -58,6 +58,26 @@ pub(crate) fn fnv1a_32(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5, |hash: u32, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
     })
+}
+
+/// The 64-bit FNV-1a hash: the table part of a SQLite advisory key, held in the process (the
+/// advisory form's and a cancellation's), is this hash of the table's identity.
+pub(crate) fn fnv1a_64(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// What a table's advisory keys are made of, from the row its [`identity`] query read:
+/// PostgreSQL its resolved name (`table` in `public`, else `schema.table`); MySQL/MariaDB
+/// `database.table`; SQLite the database's file and the table's name, case folded. The advisory
+/// form and a cancellation make their keys of it alike.
+pub(crate) fn identity_key(dialect: Dialect, [first, second, third, _]: &[String; 4]) -> String {
+    match dialect {
+        Dialect::Postgres => first.clone(),
+        Dialect::MySql => format!("{first}.{second}"),
+        Dialect::Sqlite => format!("{third}\u{0}{}", second.to_lowercase()),
+    }
 }
 
 /// What opens a transaction that writes: SQLite's `BEGIN IMMEDIATE` takes the write lock at once,

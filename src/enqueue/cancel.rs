@@ -6,16 +6,18 @@
 //!
 //! Each cancellation is one transaction (a savepoint inside the caller's): the row is removed
 //! where no claim holds it, or locked and read first (MySQL/MariaDB) — never read, then removed
-//! by a statement a claim could come before.
+//! by a statement a claim could come before. SQLite's advisory keys are held in the process:
+//! the cancellation takes the row's key there before its removal and gives it back after its
+//! commit, as PostgreSQL's statement takes it for its transaction.
 
 use futures::future::BoxFuture;
 use sqlx::{Acquire, SqlStr};
 
 use super::bound;
-use crate::backend::{self, Backend, Clock};
-use crate::dialect::{self, Args, CANCEL_NOTICE, CancelSql, Names};
+use crate::backend::{self, Backend, Clock, in_process};
+use crate::dialect::{self, Args, CANCEL_NOTICE, CancelSql, KeysAt, Names};
 use crate::error::{Error, Result};
-use crate::table::{Dialect, Table};
+use crate::table::Table;
 
 /// What a cancellation found, and did.
 ///
@@ -49,7 +51,9 @@ pub enum Cancellation {
     /// advisory key holds gets a request where the table has a
     /// [cancel requests' table](Table::cancel_requests): its runner fires `cancelled()`
     /// (PostgreSQL at once, else within its poll interval), and removes the row when the
-    /// handler returns, its writes rolled back. Without that table the job runs on to its end.
+    /// handler returns, its writes rolled back (SQLite's advisory form too: a cancellation
+    /// from the process that runs it sees its keys). Without that table the job runs on to its
+    /// end.
     Requested(i64),
     /// No unfinished job has this id (or key): it finished, was cancelled before, or never was.
     NotFound,
@@ -74,8 +78,17 @@ impl Table {
     /// [lease column](Table::lease) (declare it: a table without one does not know its leases),
     /// or, on PostgreSQL and MySQL/MariaDB, a row lock claim's hold on the row, and, where the
     /// table has a [cancel requests' table](Table::cancel_requests), a runner's advisory key on
-    /// it (passed over: the cancellation never waits for either). The README's "Cancellation"
-    /// says when the handler learns of it, per form and database.
+    /// it (passed over: the cancellation never waits for either). SQLite's advisory keys are
+    /// held in the process, which is the one process the form serves per database file: there
+    /// the cancellation takes the row's key while it removes the row, so that no claim takes
+    /// it meanwhile. The README's "Cancellation" says when the handler learns of it, per form
+    /// and database.
+    ///
+    /// On SQLite inside the caller's transaction, that key is the cancellation's until its own
+    /// savepoint ends, not until the caller commits: an advisory runner whose table has no
+    /// attempt column (its claim then writes nothing) may claim the row in between, and the
+    /// handler would find the row gone at its settlement. Cancel on a pool or a connection
+    /// there, or commit at once.
     ///
     /// # Errors
     ///
@@ -93,9 +106,14 @@ impl Table {
             let names = Names::of_table(DB::DIALECT, self)?;
             let sql = dialect::cancel(&names);
             let mut conn = conn.acquire().await?;
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let done = self.cancel_on::<DB>(&mut tx, &names, &sql, id).await?;
+            let identity = self.keys_identity::<DB>(&mut conn, &sql).await?;
+            let mut tx = begin::<DB>(&mut conn).await?;
+            let (done, taken) = self
+                .cancel_on::<DB>(&mut tx, &names, &sql, identity.as_deref(), id)
+                .await?;
             tx.commit().await?;
+            // SQLite: the row's key, taken in the process, is free once the removal committed.
+            drop(taken);
             Ok(done)
         })
     }
@@ -130,36 +148,87 @@ impl Table {
                 ));
             };
             let mut conn = conn.acquire().await?;
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let identity = self.keys_identity::<DB>(&mut conn, &sql).await?;
+            let mut tx = begin::<DB>(&mut conn).await?;
             let args = Args {
                 unique_key: Some(key),
                 ..Args::default()
             };
-            let done = match backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await? {
-                Some(id) => self.cancel_on::<DB>(&mut tx, &names, &sql, id).await?,
-                None => Cancellation::NotFound,
-            };
+            let (done, taken) =
+                match backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await? {
+                    Some(id) => {
+                        self.cancel_on::<DB>(&mut tx, &names, &sql, identity.as_deref(), id)
+                            .await?
+                    }
+                    None => (Cancellation::NotFound, None),
+                };
             tx.commit().await?;
+            drop(taken);
             Ok(done)
         })
     }
 }
 
+/// Opens a cancellation's transaction on `conn` (a savepoint inside the caller's). SQLite's
+/// takes the write lock at once (`BEGIN IMMEDIATE`): a cancellation that reads whether the row
+/// is there before it records a request would otherwise fail to write on a snapshot another
+/// writer outdated.
+async fn begin<DB: Backend>(conn: &mut DB::Connection) -> Result<sqlx::Transaction<'_, DB>> {
+    Ok(match dialect::begin_write(DB::DIALECT) {
+        Some(begin) if !backend::in_transaction::<DB>(conn) => {
+            sqlx::Connection::begin_with(conn, begin).await?
+        }
+        _ => sqlx::Connection::begin(conn).await?,
+    })
+}
+
 impl Table {
-    /// Cancels row `id` inside a transaction of `conn`.
+    /// Cancels row `id` inside a transaction of `conn`, whose table's advisory keys (where
+    /// `sql` tests them) are made of `identity`. SQLite: returns the row's key too, taken in the
+    /// process while the row is removed, which the caller releases once it committed (or, on an
+    /// error, dropped at once: the transaction then rolls back, its removal never seen).
     async fn cancel_on<DB: Backend>(
         &self,
         conn: &mut DB::Connection,
         names: &Names,
         sql: &CancelSql,
+        identity: Option<&str>,
+        id: i64,
+    ) -> Result<(Cancellation, Option<in_process::Taken>)> {
+        let (key, held) = match (sql.keys, identity) {
+            (Some(KeysAt::Process), Some(identity)) => {
+                match in_process::take_for_now(dialect::fnv1a_64(identity), id) {
+                    Some(key) => (Some(key), false),
+                    // A runner holds it: the job is in work (or being claimed, then delivered
+                    // and told at the runner's first read of requests).
+                    None => (None, true),
+                }
+            }
+            _ => (None, false),
+        };
+        let server = match sql.keys {
+            Some(KeysAt::Server) => identity,
+            _ => None,
+        };
+        let done = self
+            .cancel_row::<DB>(conn, names, sql, server, held, id)
+            .await?;
+        Ok((done, key))
+    }
+
+    /// [`cancel_on`](Self::cancel_on)'s statements: the keys of `server` (its identity) taken on
+    /// the server, the row passed over as in work when `held` (a key this process holds).
+    async fn cancel_row<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        names: &Names,
+        sql: &CancelSql,
+        server: Option<&str>,
+        held: bool,
         id: i64,
     ) -> Result<Cancellation> {
-        let identity = match sql.keys {
-            true => Some(self.identity::<DB>(conn).await?),
-            false => None,
-        };
-        let class = identity.as_deref().map(dialect::fnv1a_32);
-        let prefix = identity.map(|key| format!("{key}:"));
+        let class = server.map(dialect::fnv1a_32);
+        let prefix = server.map(|key| format!("{key}:"));
         let notice = format!("{CANCEL_NOTICE}{id}");
         let args = Args {
             id,
@@ -178,7 +247,7 @@ impl Table {
                 match rows.first() {
                     None => None,
                     Some(row) => {
-                        let key_free = !sql.keys || DB::get_i64(row, 1)? == 1;
+                        let key_free = server.is_none() || DB::get_i64(row, 1)? == 1;
                         if key_free {
                             DB::execute(conn, bound::<DB>(&sql.remove, &args)).await?;
                         }
@@ -189,6 +258,7 @@ impl Table {
                     }
                 }
             }
+            None if held => None,
             None => backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.remove, &args)).await?,
         };
         let Some(leased) = leased else {
@@ -217,16 +287,23 @@ impl Table {
         Ok(Cancellation::Requested(id))
     }
 
-    /// What the table's advisory keys are made of, as the catalog resolves its name (see
-    /// `form::catalog::read_identity`): PostgreSQL its resolved name, MySQL/MariaDB
-    /// `database.table`.
-    async fn identity<DB: Backend>(&self, conn: &mut DB::Connection) -> Result<String> {
+    /// What the table's advisory keys are made of (see `dialect::identity_key`), where `sql`
+    /// tests them: read before the cancellation's transaction begins (SQLite's would otherwise
+    /// begin as a read).
+    async fn keys_identity<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        sql: &CancelSql,
+    ) -> Result<Option<String>> {
+        if sql.keys.is_none() {
+            return Ok(None);
+        }
         let quoted = DB::DIALECT.quote_table(&self.name)?;
         let identity = dialect::identity(DB::DIALECT, &self.name, &quoted)?;
         let query = backend::query::<DB>(SqlStr::from_static(identity.sql), identity.values)
             .persistent(false);
         let found = backend::fetch_texts::<DB, 4>(conn, query).await?;
-        let Some([first, second, _, _]) = found.into_iter().next() else {
+        let Some(row) = found.into_iter().next() else {
             return Err(Error::schema(
                 &self.name,
                 &self.name,
@@ -234,9 +311,9 @@ impl Table {
                 "the table does not exist",
             ));
         };
-        Ok(match DB::DIALECT {
-            Dialect::MySql => format!("{first}.{second}"),
-            _ => first,
-        })
+        Ok(Some(dialect::identity_key(DB::DIALECT, &row)))
     }
 }
+
+#[cfg(all(test, feature = "sqlite"))]
+mod tests;

@@ -115,7 +115,7 @@ pub(crate) async fn read_identity<DB: Backend>(
     let query =
         backend::query::<DB>(SqlStr::from_static(identity.sql), identity.values).persistent(false);
     let found = backend::fetch_texts::<DB, 4>(conn, query).await?;
-    let Some([first, second, third, _]) = found.into_iter().next() else {
+    let Some(row) = found.into_iter().next() else {
         return Err(Error::schema(
             queue,
             table,
@@ -123,18 +123,8 @@ pub(crate) async fn read_identity<DB: Backend>(
             "the table does not exist",
         ));
     };
-    Ok(match DB::DIALECT {
-        Dialect::Postgres => Identity {
-            key: first,
-            channel: Some(second),
-        },
-        Dialect::MySql => Identity {
-            key: format!("{first}.{second}"),
-            channel: None,
-        },
-        Dialect::Sqlite => Identity {
-            key: format!("{third}\u{0}{}", second.to_lowercase()),
-            channel: None,
-        },
+    Ok(Identity {
+        key: dialect::identity_key(DB::DIALECT, &row),
+        channel: (DB::DIALECT == Dialect::Postgres).then(|| row[1].clone()),
     })
 }

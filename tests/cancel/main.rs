@@ -13,6 +13,8 @@
 //! removed, on each form. `gaps.rs`: a lease row claimed ahead and cancelled never starts
 //! (PostgreSQL, listening); requests naming no row are swept. `pooler.rs`: cancellations of jobs
 //! in work through PgBouncer in transaction pooling (row lock and lease forms).
+//! `sqlite_advisory.rs`: SQLite's advisory form, whose keys are held in the process — a job in
+//! work gets a request, a queued one is removed, no cancellation leaves a key held.
 
 #[allow(
     dead_code,
@@ -27,6 +29,7 @@ mod gaps;
 mod in_work;
 mod pooler;
 mod queued;
+mod sqlite_advisory;
 
 /// Every test, under one path for the macros below.
 mod cases {
@@ -87,7 +90,8 @@ macro_rules! cases_tests {
 }
 
 per_database! {
-    sqlite => sqlx::Sqlite, requests_naming_no_row_are_swept_by_advisory;
+    sqlite => sqlx::Sqlite, requests_naming_no_row_are_swept_by_advisory,
+        an_advisory_batch_row_is_cancelled_alone;
     postgres => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,

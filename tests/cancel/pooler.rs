@@ -7,35 +7,10 @@
 use std::time::Duration;
 
 use sqlx::Postgres;
-use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx_queue::{Cancellation, Delivery, Job, Outcome, Pooler, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
-use crate::support::{Ctx, Spec, recv};
-
-const URL_VAR: &str = "SQLX_QUEUE_PGBOUNCER_URL";
-
-/// A pool of `max` connections through the pooler, or `None` (with a notice) when its URL is
-/// not set and not required.
-async fn pooled(max: u32) -> Option<PgPool> {
-    let url = match std::env::var(URL_VAR) {
-        Ok(url) => url,
-        Err(_) if std::env::var("SQLX_QUEUE_REQUIRE_ALL").as_deref() == Ok("1") => {
-            panic!("{URL_VAR} is not set, and SQLX_QUEUE_REQUIRE_ALL=1 requires every database")
-        }
-        Err(_) => {
-            eprintln!("note: {URL_VAR} is not set: the PgBouncer tests are skipped");
-            return None;
-        }
-    };
-    let pool = PgPoolOptions::new()
-        .max_connections(max)
-        .acquire_timeout(Duration::from_secs(20))
-        .connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("PgBouncer at {url}: {e}"));
-    Some(pool)
-}
+use crate::support::{Ctx, Spec, pooled, recv};
 
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {

@@ -2,13 +2,18 @@
 //! this module in their `support` (`#[path = "../../common/mod.rs"] mod common;`) and re-export
 //! its items from there. It holds the databases' common calls and tables (`databases`), the claim
 //! forms as types (`forms`), and the helpers below: names, the databases' URLs, the waits, notices
-//! and the example binaries.
+//! and the example binaries; `pooler` connects through PgBouncer.
 //!
 //! Each crate compiles its own copy, and uses most but not all of it: what only one of them uses
 //! says so with an `allow(dead_code)`.
 
 pub(crate) mod databases;
 pub(crate) mod forms;
+#[allow(
+    dead_code,
+    reason = "the cancel and rate binaries test through the pooler; tests/it has its own"
+)]
+pub(crate) mod pooler;
 
 use std::future::Future;
 use std::sync::Mutex;

@@ -6,36 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::Postgres;
-use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx_queue::{Delivery, Outcome, Pooler, Queue, Runner, Table};
 use tokio::time::Instant;
 
 use crate::limits::{enqueue, limits_ddl, most_within};
-use crate::support::{Ctx, Spec, report, unique};
-
-const URL_VAR: &str = "SQLX_QUEUE_PGBOUNCER_URL";
-
-/// A pool through the pooler, or `None` (with a notice) when its URL is not set and not
-/// required.
-async fn pooled(max: u32) -> Option<PgPool> {
-    let url = match std::env::var(URL_VAR) {
-        Ok(url) => url,
-        Err(_) if std::env::var("SQLX_QUEUE_REQUIRE_ALL").as_deref() == Ok("1") => {
-            panic!("{URL_VAR} is not set, and SQLX_QUEUE_REQUIRE_ALL=1 requires every database")
-        }
-        Err(_) => {
-            eprintln!("note: {URL_VAR} is not set: the PgBouncer test is skipped");
-            return None;
-        }
-    };
-    let pool = PgPoolOptions::new()
-        .max_connections(max)
-        .acquire_timeout(Duration::from_secs(20))
-        .connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("PgBouncer at {url}: {e}"));
-    Some(pool)
-}
+use crate::support::{Ctx, Spec, pooled, report, unique};
 
 /// Two runners through the pooler under `rate_limit(100, 1 s)`, burst 10, take 200 rows no
 /// faster than the bucket allows (10 + 100 within a second, 3 more for a start recorded on this

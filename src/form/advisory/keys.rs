@@ -73,12 +73,7 @@ impl Keys {
 }
 
 pub(crate) use crate::dialect::fnv1a_32;
-
-fn fnv1a_64(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash: u64, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
+use crate::dialect::fnv1a_64;
 
 #[cfg(test)]
 mod tests {

@@ -16,6 +16,11 @@ use sqlx::Pool;
 
 pub(crate) use common::databases::Spec;
 pub(crate) use common::forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
+#[allow(
+    unused_imports,
+    reason = "the cancel and rate binaries test through the pooler; tests/it has its own"
+)]
+pub(crate) use common::pooler::pooled;
 pub(crate) use common::{example_binary, recv, report, unique, wait_for};
 pub(crate) use databases::{Bind, TestDb, TestRow};
 pub(crate) use process::Consumer;
