@@ -38,13 +38,22 @@ async fn database<DB: BenchDb>(options: &Options) {
         .collect();
     let mut cpu_ms: std::collections::HashMap<String, Vec<f64>> = Default::default();
     for round in 1..=options.rounds {
-        for (side, samples) in &mut rates {
-            let recorded = side == "recorded";
+        // A B, then B A: a drift of the machine's load over a round weighs on both sides alike.
+        let order: Vec<usize> = match round % 2 {
+            1 => (0..rates.len()).collect(),
+            _ => (0..rates.len()).rev().collect(),
+        };
+        for i in order {
+            let (side, samples) = &mut rates[i];
+            // `created`: the creation time read, no recorder; `metered`: the recorder, no
+            // creation time; `recorded`: both.
+            let created = side == "recorded" || side == "created";
+            let recorded = side == "recorded" || side == "metered";
             fill::<DB>(&pool, &name, 100, options.rows)
                 .await
                 .expect("a filled table");
             let mut table = Table::new(name.as_str()).group("queue");
-            if recorded {
+            if created {
                 table = table.created_at("created_at");
             }
             let queue = Queue::table(table)
@@ -78,11 +87,20 @@ async fn database<DB: BenchDb>(options: &Options) {
         .iter()
         .find(|(side, _)| side == "plain")
         .map(|(_, samples)| median_best(samples));
+    let plain_samples = rates
+        .iter()
+        .find(|(side, _)| side == "plain")
+        .map(|(_, samples)| samples.clone());
     for (side, samples) in &rates {
         let (median, best) = median_best(samples);
-        let ratio = match plain {
-            Some((pm, pb)) => format!("{:.3}x ({:.3}x)", median / pm, best / pb),
-            None => "—".to_owned(),
+        // The median of each round's own ratio (its two drains ran side by side), and best ÷
+        // best.
+        let ratio = match (plain, &plain_samples) {
+            (Some((_, pb)), Some(base)) if base.len() == samples.len() => {
+                let each: Vec<f64> = samples.iter().zip(base).map(|(s, b)| s / b).collect();
+                format!("{:.3}x ({:.3}x)", median_best(&each).0, best / pb)
+            }
+            _ => "—".to_owned(),
         };
         let cpu = cpu_ms.get(side).map_or(f64::NAN, |ms| median_best(ms).0);
         println!(

@@ -13,8 +13,11 @@
 //!   20,000) by a lease queue of `--workers` workers acking at once, alternately without a recorder
 //!   on a table that declares no `created_at` (**plain**) and with `metrics-exporter-prometheus`'s
 //!   recorder and `created_at` declared (**recorded**: every counter, histogram and gauge
-//!   recorded, the claim reading the creation time), `--rounds` times (default 5). `--sides
-//!   plain` or `--sides recorded` runs one side only (for a build without the feature).
+//!   recorded, the claim reading the creation time), `--rounds` times (default 5), A B then B A;
+//!   the ratio is the median of each round's own ratio, and best ÷ best. `--sides
+//!   plain` or `--sides recorded` runs one side only (for a build without the feature);
+//!   `--sides plain,created,metered,recorded` splits the price: `created` reads the creation time
+//!   without a recorder, `metered` records without reading it.
 //! - **unique** (PostgreSQL, MySQL/MariaDB, SQLite): the price of a unique key column on
 //!   enqueue. `--rows` jobs (default 5,000) enqueued one at a time (**single**), then ten times
 //!   as many in batches of `--batch` (default 100, **bulk**), from `--workers` tasks at once,

@@ -67,14 +67,11 @@ impl Driver for Sqlite {
     }
 
     fn get_created(row: &Self::Row, index: usize) -> Option<DateTime<Utc>> {
-        // The text the README's default writes (`%Y-%m-%d %H:%M:%f`) is read here: sqlx's own
-        // decoding tries an RFC 3339 parse and two format strings first, a cost every claimed row
-        // paid with the `metrics` feature. Any other form (an integer, a Julian day, an offset)
-        // goes to sqlx's.
-        sqlx::Row::try_get::<&str, _>(row, index)
+        // The claim computes it as milliseconds since 1970 (`dialect::common::created_millis`).
+        sqlx::Row::try_get::<Option<i64>, _>(row, index)
             .ok()
-            .and_then(text_time)
-            .or_else(|| Self::get_time(row, index).ok())
+            .flatten()
+            .and_then(DateTime::from_timestamp_millis)
     }
 
     async fn server(
@@ -84,94 +81,5 @@ impl Driver for Sqlite {
             .fetch_one(conn)
             .await?;
         Ok((version, None))
-    }
-}
-
-/// `YYYY-MM-DD HH:MM:SS`, then optionally `.` and 1 to 9 digits of a second, then optionally `Z`
-/// (a `T` may stand for the space), as UTC; `None` for anything else.
-fn text_time(text: &str) -> Option<DateTime<Utc>> {
-    let b = text.strip_suffix('Z').unwrap_or(text).as_bytes();
-    let number = |from: usize, to: usize| -> Option<u32> {
-        b.get(from..to)?.iter().try_fold(0u32, |n, &c| {
-            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
-        })
-    };
-    let separated = b.len() >= 19
-        && b[4] == b'-'
-        && b[7] == b'-'
-        && (b[10] == b' ' || b[10] == b'T')
-        && b[13] == b':'
-        && b[16] == b':';
-    if !separated {
-        return None;
-    }
-    let nanos = match &b[19..] {
-        [] => 0,
-        [b'.', digits @ ..] if (1..=9).contains(&digits.len()) => {
-            number(20, b.len())? * 10u32.pow(9 - digits.len() as u32)
-        }
-        _ => return None,
-    };
-    let date = chrono::NaiveDate::from_ymd_opt(
-        i32::try_from(number(0, 4)?).ok()?,
-        number(5, 7)?,
-        number(8, 10)?,
-    )?;
-    let time = chrono::NaiveTime::from_hms_nano_opt(
-        number(11, 13)?,
-        number(14, 16)?,
-        number(17, 19)?,
-        nanos,
-    )?;
-    Some(date.and_time(time).and_utc())
-}
-
-#[cfg(test)]
-mod tests {
-    use chrono::NaiveDateTime;
-
-    use super::text_time;
-
-    #[test]
-    fn reads_the_text_sqlite_writes_as_chrono_does() {
-        for text in [
-            "2026-12-02 11:30:00",
-            "2026-12-02 11:30:00.1",
-            "2026-12-02 11:30:00.123",
-            "2026-12-02T11:30:00.123456",
-            "2026-12-02 11:30:00.123456789Z",
-            "1999-02-28 23:59:59.999",
-        ] {
-            let plain = text.trim_end_matches('Z');
-            let format = if plain.contains('T') {
-                "%FT%T%.f"
-            } else {
-                "%F %T%.f"
-            };
-            let expected = NaiveDateTime::parse_from_str(plain, format)
-                .unwrap()
-                .and_utc();
-            assert_eq!(text_time(text), Some(expected), "{text}");
-        }
-    }
-
-    #[test]
-    fn leaves_every_other_form_to_sqlx() {
-        for text in [
-            "",
-            "1733140000",
-            "2026-12-02",
-            "2026-12-02 11:30",
-            "2026-12-02 11:30:00+01:00",
-            "2026-12-02 11:30:00.",
-            "2026-12-02 11:30:00.1234567891",
-            "2026-13-02 11:30:00",
-            "2026-02-30 11:30:00",
-            "2026-12-02 24:00:00",
-            "2026-12-02 11:30:0x",
-            "+026-12-02 11:30:00",
-        ] {
-            assert_eq!(text_time(text), None, "{text}");
-        }
     }
 }

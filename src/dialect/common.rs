@@ -119,10 +119,35 @@ pub(super) fn order(w: &mut SqlWriter, n: &Names) {
 /// ([`Names::headers`]) and its key ([`Names::key`]).
 pub(super) fn read_created(w: &mut SqlWriter, n: &Names, prefix: &str) {
     if let (true, Some(created_at)) = (n.read_created, &n.created_at) {
-        w.push(", ").push(prefix).push(created_at);
+        w.push(", ");
+        match n.dialect {
+            Dialect::Sqlite => created_millis(w, &format!("{prefix}{created_at}")),
+            Dialect::Postgres | Dialect::MySql => {
+                w.push(prefix).push(created_at);
+            }
+        }
     }
     n.read_headers(w, prefix);
     n.read_key(w, prefix);
+}
+
+/// SQLite: `column`, a time, as milliseconds since 1970 (an integer), computed by SQLite's own
+/// date functions: text as they read it (`YYYY-MM-DD HH:MM:SS[.fff]`, a `T`, an offset), an
+/// integer as Unix seconds, a real as a Julian day — the forms sqlx decodes a time from; `NULL`
+/// for anything else. Read as text, each claimed row's time cost an allocation and a copy on
+/// both sides and a parse in the client.
+pub(super) fn created_millis(w: &mut SqlWriter, column: &str) {
+    w.push("CASE typeof(")
+        .push(column)
+        .push(") WHEN 'text' THEN CASE WHEN substr(")
+        .push(column)
+        .push(", 5, 1) = '-' THEN CAST(round((julianday(")
+        .push(column)
+        .push(") - 2440587.5) * 86400000.0) AS INTEGER) END WHEN 'integer' THEN ")
+        .push(column)
+        .push(" * 1000 WHEN 'real' THEN CAST(round((")
+        .push(column)
+        .push(" - 2440587.5) * 86400000.0) AS INTEGER) END");
 }
 
 /// `id` read as a 64-bit integer (PostgreSQL decodes strictly; MySQL reads it signed).

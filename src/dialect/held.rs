@@ -182,9 +182,7 @@ pub(crate) fn row_lock(n: &Names) -> RowLockSql {
         w.push(" WHERE ");
         claimable(&mut w, n);
         order(&mut w, n);
-        w.push(" LIMIT ")
-            .param(Slot::Limit)
-            .push(" FOR UPDATE SKIP LOCKED");
+        w.limit(Slot::Limit).push(" FOR UPDATE SKIP LOCKED");
         w.finish()
     };
     let excluding = n.excluding();
@@ -239,7 +237,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         w.push(" FROM ").push(&n.table).push(" WHERE ");
         claimable(&mut w, n);
         order(&mut w, n);
-        w.push(" LIMIT ").param(Slot::Limit);
+        w.limit(Slot::Limit);
         w.finish()
     };
     // The candidates in a derived table (its LIMIT keeps it from being merged into the outer
@@ -260,9 +258,9 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             .push(" WHERE ");
         claimable(&mut w, n);
         order(&mut w, n);
-        w.push(" LIMIT ").param(Slot::Window).push(") AS c WHERE ");
+        w.limit(Slot::Window).push(") AS c WHERE ");
         try_lock(&mut w, "c.sqlxq_id");
-        w.push(" LIMIT ").param(Slot::Limit);
+        w.limit(Slot::Limit);
         Some(w.finish())
     };
     let unlock = match n.dialect {

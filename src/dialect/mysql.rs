@@ -39,9 +39,7 @@ pub(super) fn lease_claim(n: &Names, lease: &str, max_claim: usize) -> Claim {
     w.push(" FROM ").push(&n.table).push(" WHERE ");
     claimable(&mut w, n);
     order(&mut w, n);
-    w.push(" LIMIT ")
-        .param(Slot::Limit)
-        .push(" FOR UPDATE SKIP LOCKED");
+    w.limit(Slot::Limit).push(" FOR UPDATE SKIP LOCKED");
     let select = w.finish();
 
     let updates = BySize::new(max_claim, |count| update_ids(n, lease, count));

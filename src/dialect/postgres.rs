@@ -73,8 +73,7 @@ pub(super) fn lease_claim(n: &Names, lease: &str) -> Claim {
         .push(" WHERE ");
     claimable(&mut w, n);
     order(&mut w, n);
-    w.push(" LIMIT ")
-        .param(Slot::Limit)
+    w.limit(Slot::Limit)
         .push(" FOR UPDATE SKIP LOCKED) UPDATE ")
         .push(&n.table)
         .push(" AS q");

@@ -63,8 +63,7 @@ pub(super) fn lease_claim(n: &Names, lease: &str) -> Claim {
         .push(" WHERE ");
     claimable(&mut w, n);
     order(&mut w, n);
-    w.push(" LIMIT ")
-        .param(Slot::Limit)
+    w.limit(Slot::Limit)
         .push(") RETURNING ")
         .push(&n.id)
         .push(", ");
@@ -120,7 +119,7 @@ mod tests {
             stmt.text(),
             "UPDATE `jobs` SET `locked_until` = ? WHERE `id` IN (SELECT `id` FROM `jobs` \
              WHERE (`locked_until` IS NULL OR `locked_until` < ?) \
-             AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT ?) \
+             AND (`not_before` IS NULL OR `not_before` <= ?) ORDER BY `id` LIMIT CAST(? AS INTEGER)) \
              RETURNING `id`, `payload`"
         );
         assert_eq!(
@@ -141,7 +140,57 @@ mod tests {
             "UPDATE `jobs` SET `locked_until` = ?, `attempt` = CASE WHEN `attempt` < \
              9223372036854775807 THEN `attempt` + 1 ELSE `attempt` END WHERE `id` IN \
              (SELECT `id` FROM `jobs` WHERE (`locked_until` IS NULL OR `locked_until` < ?) \
-             ORDER BY `id` LIMIT ?) RETURNING `id`, `payload`, `attempt` - 1"
+             ORDER BY `id` LIMIT CAST(? AS INTEGER)) RETURNING `id`, `payload`, `attempt` - 1"
         );
+    }
+
+    /// The claim reads a row's creation time as milliseconds since 1970, computed by SQLite from
+    /// each form sqlx decodes a time from; anything else is `NULL` (no pickup latency).
+    #[tokio::test]
+    async fn a_creation_time_is_read_as_milliseconds_from_every_form_sqlx_reads() {
+        use sqlx::Row as _;
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        let mut w = crate::dialect::SqlWriter::new(Dialect::Sqlite);
+        w.push("SELECT ");
+        super::super::common::created_millis(&mut w, "c");
+        w.push(" FROM (SELECT ? AS c)");
+        let sql = w.finish();
+        // 2026-12-02 11:30:00.123 UTC
+        let at = 1_796_211_000_123_i64;
+        let read = |value: sqlx::sqlite::SqliteArguments| {
+            let query = sqlx::query_with(sqlx::AssertSqlSafe(sql.text().to_owned()), value);
+            let pool = pool.clone();
+            async move {
+                query
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap()
+                    .get::<Option<i64>, _>(0)
+            }
+        };
+        let text = |t: &str| {
+            let mut args = sqlx::sqlite::SqliteArguments::default();
+            sqlx::Arguments::add(&mut args, t.to_owned()).unwrap();
+            args
+        };
+        for form in [
+            "2026-12-02 11:30:00.123",
+            "2026-12-02T11:30:00.123",
+            "2026-12-02T11:30:00.123456+00:00",
+            "2026-12-02T12:30:00.123+01:00",
+            "2026-12-02 11:30:00.123Z",
+        ] {
+            assert_eq!(read(text(form)).await, Some(at), "{form}");
+        }
+        assert_eq!(read(text("2026-12-02 11:30:00")).await, Some(at - 123));
+        let mut seconds = sqlx::sqlite::SqliteArguments::default();
+        sqlx::Arguments::add(&mut seconds, at / 1000).unwrap();
+        assert_eq!(read(seconds).await, Some(at - 123));
+        let mut julian = sqlx::sqlite::SqliteArguments::default();
+        sqlx::Arguments::add(&mut julian, 2_440_587.5 + at as f64 / 86_400_000.0).unwrap();
+        assert_eq!(read(julian).await, Some(at));
+        for other in ["1796211000", "yesterday", ""] {
+            assert_eq!(read(text(other)).await, None, "{other}");
+        }
     }
 }

@@ -307,6 +307,25 @@ impl SqlWriter {
         self
     }
 
+    /// ` LIMIT ` and the placeholder of `slot`. SQLite reads a bare `LIMIT ?` as a constant when it
+    /// prepares the statement (3.51: `sqlite3ExprIsInteger` looks at the bound value), which
+    /// marks the statement to be prepared again each time that parameter is bound anew — every
+    /// execution. An expression of it is read when the statement runs.
+    pub(crate) fn limit(&mut self, slot: Slot) -> &mut Self {
+        self.sql.push_str(" LIMIT ");
+        match self.dialect {
+            Dialect::Sqlite => {
+                self.sql.push_str("CAST(");
+                self.param(slot);
+                self.sql.push_str(" AS INTEGER)");
+            }
+            Dialect::Postgres | Dialect::MySql => {
+                self.param(slot);
+            }
+        }
+        self
+    }
+
     /// Appends another writer's text and placeholders (numbered on from this one's).
     pub(crate) fn append(&mut self, other: SqlWriter) -> &mut Self {
         debug_assert!(self.slots.is_empty() || self.dialect != Dialect::Postgres);

@@ -101,7 +101,7 @@ pub(crate) fn prune(n: &Names, pruned: Pruned<'_>, batch: usize) -> Result<Prune
         id(w);
         w.push(" FROM ").push(table).push(" WHERE ");
         condition(w);
-        w.push(" LIMIT ").param(Slot::Limit);
+        w.limit(Slot::Limit);
         if n.dialect != Dialect::Sqlite {
             w.push(" FOR UPDATE SKIP LOCKED");
         }
@@ -220,7 +220,7 @@ mod tests {
         assert_eq!(
             stmt.text(),
             "DELETE FROM `jobs` WHERE `id` IN (SELECT `id` FROM `jobs` WHERE `queue` = ? AND \
-             julianday(`created_at`) < julianday(?) LIMIT ?)"
+             julianday(`created_at`) < julianday(?) LIMIT CAST(? AS INTEGER))"
         );
     }
 
@@ -246,7 +246,18 @@ mod tests {
         let Claim::Returning(claim) = lease(&n, n.lease.as_deref().unwrap(), 8).claim else {
             panic!("one statement");
         };
-        assert!(claim.text().ends_with("RETURNING `id`, `payload`, `made`"));
+        // SQLite reads it as milliseconds since 1970 (`common::created_millis`).
+        assert!(
+            claim.text().ends_with(
+                "RETURNING `id`, `payload`, CASE typeof(`made`) WHEN 'text' THEN CASE \
+                            WHEN substr(`made`, 5, 1) = '-' THEN CAST(round((julianday(`made`) - \
+                            2440587.5) * 86400000.0) AS INTEGER) END WHEN 'integer' THEN `made` * \
+                            1000 WHEN 'real' THEN CAST(round((`made` - 2440587.5) * 86400000.0) AS \
+                            INTEGER) END"
+            ),
+            "{}",
+            claim.text()
+        );
         let mut n = Names::for_test(Dialect::MySql, table(), None, "row_lock", true);
         n.session = true;
         assert!(row_lock(&n).claim.text().starts_with(
