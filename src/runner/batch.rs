@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::FutureExt as _;
-use tokio::sync::Notify;
+use tokio::sync::{Mutex, Notify};
 use tracing::Instrument as _;
 
 use super::cancel;
@@ -26,12 +26,15 @@ use crate::backend::{Backend, ClaimedRow};
 use crate::delivery::{Delivery, Outcome};
 use crate::form::Form;
 use crate::handler::CallBatch;
+use crate::table::Dialect;
 
 /// Runs a queue of batches until the runner stops: each worker runs its own claim loop — claim
 /// a batch of up to `size` rows, deliver it, settle it, claim again — so that no worker waits
 /// for another's claim (one loop claiming for every worker made the claims of a queue take
 /// turns: MariaDB's lease batches of 16 at 8 workers drained at half a baseline of independent
 /// loops). A worker that found a full batch wakes an idle sibling, so a backlog spreads at once.
+/// On SQLite, whose writers take turns on one lock, the workers' claims take turns in the
+/// process instead (claims side by side only collide there and wait for the lock).
 pub(super) async fn run<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>, size: usize) -> QueueReport
 where
     DB: Backend,
@@ -39,16 +42,19 @@ where
     H: CallBatch<DB>,
 {
     let siblings = Arc::new(Notify::new());
-    let busy = Arc::new(AtomicUsize::new(0));
+    let shared = Arc::new(Workers {
+        busy: AtomicUsize::new(0),
+        turns: (DB::DIALECT == Dialect::Sqlite).then(|| Mutex::new(())),
+    });
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..q.workers {
         let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
-        let (siblings, busy) = (Arc::clone(&siblings), Arc::clone(&busy));
+        let (siblings, shared) = (Arc::clone(&siblings), Arc::clone(&shared));
         workers.spawn(async move {
             let mut pace = Pace::with_siblings(siblings);
             let mut released = 0;
             while !q.stopping() {
-                match claim_and_deliver(&q, &*handler, size, &busy, &mut pace).await {
+                match claim_and_deliver(&q, &*handler, size, &shared, &mut pace).await {
                     Turn::Next => {}
                     Turn::Released(back) => {
                         released += back;
@@ -72,6 +78,14 @@ where
     q.report(released)
 }
 
+/// What a queue's worker loops share.
+struct Workers {
+    /// Workers with a batch in work (none: the queue is idle).
+    busy: AtomicUsize,
+    /// Where claims take turns (SQLite).
+    turns: Option<Mutex<()>>,
+}
+
 /// What a worker's loop does after one turn.
 enum Turn {
     /// Claim again.
@@ -88,7 +102,7 @@ async fn claim_and_deliver<DB, F, H>(
     q: &Arc<Live<DB, F>>,
     handler: &H,
     size: usize,
-    busy: &AtomicUsize,
+    workers: &Workers,
     pace: &mut Pace,
 ) -> Turn
 where
@@ -101,7 +115,13 @@ where
     let Some(size) = super::rate::tokens(q, size).await else {
         return Turn::Stop;
     };
-    let (rows, batch) = match q.form.claim_batch(&q.conns, size, &excluded).await {
+    let turn = match &workers.turns {
+        Some(turns) => Some(turns.lock().await),
+        None => None,
+    };
+    let claimed = q.form.claim_batch(&q.conns, size, &excluded).await;
+    drop(turn);
+    let (rows, batch) = match claimed {
         Ok(claimed) => claimed,
         Err(failed) => {
             super::rate::unused(q, size, 0).await;
@@ -122,7 +142,7 @@ where
             Counters::add(&q.stats().released, back);
             return Turn::Released(back);
         }
-        let idle = busy.load(Ordering::Relaxed) == 0;
+        let idle = workers.busy.load(Ordering::Relaxed) == 0;
         return if pace.claimed(q, false, idle).await {
             Turn::Next
         } else {
@@ -133,12 +153,12 @@ where
         // There may be more: a sibling waiting looks too.
         pace.wake_sibling();
     }
-    busy.fetch_add(1, Ordering::Relaxed);
+    workers.busy.fetch_add(1, Ordering::Relaxed);
     q.stats().in_work.fetch_add(got as u64, Ordering::Relaxed);
     let span = tracing::info_span!("batch", queue = %q.label, rows = got);
     deliver(q, handler, rows, batch).instrument(span).await;
     q.stats().in_work.fetch_sub(got as u64, Ordering::Relaxed);
-    busy.fetch_sub(1, Ordering::Relaxed);
+    workers.busy.fetch_sub(1, Ordering::Relaxed);
     if pace.claimed(q, got == size, false).await {
         Turn::Next
     } else {

@@ -10,7 +10,8 @@
 //! retries, drops and dead letters among the grouped acks of a session settle each as it should;
 //! a session the server ends frees its rows to another runner, and its acks settle none of them;
 //! and (`statements.rs`, PostgreSQL) an ack's settlement releases the key in the statement that
-//! deletes the row.
+//! deletes the row. Beside them (`batches.rs`), queues of batches of every form, whose workers
+//! each claim on their own: each row once across two runners, and an idle queue woken.
 
 #[allow(
     dead_code,
@@ -20,6 +21,7 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod batches;
 mod keys;
 mod settle;
 mod statements;
@@ -38,6 +40,8 @@ macro_rules! per_database {
                     settle::a_killed_session_frees_its_rows_and_its_acks_settle_none,
                 acks_release_their_keys_in_the_settling_statement =>
                     statements::acks_release_their_keys_in_the_settling_statement,
+                batches_of_eight_workers_take_each_row_once_and_wake_on_enqueue =>
+                    batches::batches_of_eight_workers_take_each_row_once_and_wake_on_enqueue,
             );
         }
     )*};
