@@ -27,9 +27,10 @@ mod settle;
 mod statements;
 
 /// One module per database, with the tests as `#[tokio::test]`s under their own names;
-/// `postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`.
+/// `postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`. The batch tests run once per claim
+/// form the database has (`batches { name => form }`).
 macro_rules! per_database {
-    ($($db:ident => $ty:ty);* $(;)?) => {$(
+    ($($db:ident => $ty:ty, batches { $($batches:ident => $form:ident),+ $(,)? });* $(;)?) => {$(
         mod $db {
             advisory_tests!($ty:
                 each_row_once_across_two_runners_and_no_key_left =>
@@ -40,9 +41,21 @@ macro_rules! per_database {
                     settle::a_killed_session_frees_its_rows_and_its_acks_settle_none,
                 acks_release_their_keys_in_the_settling_statement =>
                     statements::acks_release_their_keys_in_the_settling_statement,
-                batches_of_eight_workers_take_each_row_once_and_wake_on_enqueue =>
-                    batches::batches_of_eight_workers_take_each_row_once_and_wake_on_enqueue,
             );
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $batches() {
+                    crate::statements::install();
+                    crate::support::on_server_of(
+                        module_path!(),
+                        crate::batches::each_row_once_across_two_runners_and_an_idle_queue_woken::<
+                            $ty,
+                            crate::support::$form,
+                        >(),
+                    )
+                    .await;
+                }
+            )+
         }
     )*};
 }
@@ -58,8 +71,23 @@ macro_rules! advisory_tests {
 }
 
 per_database! {
-    sqlite => sqlx::Sqlite;
-    postgres => sqlx::Postgres;
-    postgres18 => sqlx::Postgres;
-    mysql => sqlx::MySql;
+    sqlite => sqlx::Sqlite, batches {
+        lease_batches_of_eight_workers => LeaseForm,
+        advisory_batches_of_eight_workers => AdvisoryForm,
+    };
+    postgres => sqlx::Postgres, batches {
+        lease_batches_of_eight_workers => LeaseForm,
+        row_lock_batches_of_eight_workers => RowLockForm,
+        advisory_batches_of_eight_workers => AdvisoryForm,
+    };
+    postgres18 => sqlx::Postgres, batches {
+        lease_batches_of_eight_workers => LeaseForm,
+        row_lock_batches_of_eight_workers => RowLockForm,
+        advisory_batches_of_eight_workers => AdvisoryForm,
+    };
+    mysql => sqlx::MySql, batches {
+        lease_batches_of_eight_workers => LeaseForm,
+        row_lock_batches_of_eight_workers => RowLockForm,
+        advisory_batches_of_eight_workers => AdvisoryForm,
+    };
 }
