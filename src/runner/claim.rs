@@ -53,6 +53,21 @@ impl Default for Pace {
 
 impl Pace {
     const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
+    /// The pace of one of a queue's worker loops, which wake each other through `siblings`.
+    pub(super) fn with_siblings(siblings: Arc<Notify>) -> Self {
+        Pace {
+            siblings: Some(siblings),
+            ..Pace::default()
+        }
+    }
+
+    /// Wakes a sibling worker loop that waits (this one found rows: there may be more).
+    pub(super) fn wake_sibling(&self) {
+        if let Some(siblings) = &self.siblings {
+            siblings.notify_one();
+        }
+    }
     const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
     /// How many rows a streak of failed claims isolates before it backs off the whole queue (a
@@ -183,10 +198,7 @@ where
         let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
         let (siblings, busy) = (Arc::clone(&siblings), Arc::clone(&busy));
         workers.spawn(async move {
-            let mut pace = Pace {
-                siblings: Some(Arc::clone(&siblings)),
-                ..Pace::default()
-            };
+            let mut pace = Pace::with_siblings(siblings);
             let mut released = 0;
             while !q.stopping() {
                 // A claim in flight is awaited, and its row released if the runner stopped.
@@ -220,7 +232,7 @@ where
                     released += release(&q, &row, hold).await;
                     break;
                 }
-                siblings.notify_one();
+                pace.wake_sibling();
                 busy.fetch_add(1, Ordering::Relaxed);
                 q.stats().in_work.fetch_add(1, Ordering::Relaxed);
                 let entered = q.requests.enter(row.id);

@@ -112,8 +112,9 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             (None, None)
         };
         // Connections kept between uses: the claim's and the acks' in the lease form, every
-        // worker's where each delivery holds one.
-        let keep = if config.holds_connections() {
+        // worker's where each delivery holds one or runs its own claims and settlements (a
+        // queue of batches: a claim loop per worker).
+        let keep = if config.holds_connections() || config.batch.is_some() {
             config.workers + 1
         } else {
             2

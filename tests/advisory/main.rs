@@ -10,7 +10,8 @@
 //! retries, drops and dead letters among the grouped acks of a session settle each as it should;
 //! a session the server ends frees its rows to another runner, and its acks settle none of them;
 //! and (`statements.rs`, PostgreSQL) an ack's settlement releases the key in the statement that
-//! deletes the row.
+//! deletes the row. Beside them (`batches.rs`), queues of batches of every form, whose workers
+//! each claim on their own: each row once across two runners, and an idle queue woken.
 
 #[allow(
     dead_code,
@@ -20,14 +21,16 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod batches;
 mod keys;
 mod settle;
 mod statements;
 
 /// One module per database, with the tests as `#[tokio::test]`s under their own names;
-/// `postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`.
+/// `postgres18` runs PostgreSQL's on `SQLX_QUEUE_PG18_URL`. The batch tests run once per claim
+/// form the database has (`batches { name => form }`).
 macro_rules! per_database {
-    ($($db:ident => $ty:ty);* $(;)?) => {$(
+    ($($db:ident => $ty:ty, batches { $($batches:ident => $form:ident),+ $(,)? });* $(;)?) => {$(
         mod $db {
             advisory_tests!($ty:
                 each_row_once_across_two_runners_and_no_key_left =>
@@ -39,6 +42,20 @@ macro_rules! per_database {
                 acks_release_their_keys_in_the_settling_statement =>
                     statements::acks_release_their_keys_in_the_settling_statement,
             );
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $batches() {
+                    crate::statements::install();
+                    crate::support::on_server_of(
+                        module_path!(),
+                        crate::batches::each_row_once_across_two_runners_and_an_idle_queue_woken::<
+                            $ty,
+                            crate::support::$form,
+                        >(),
+                    )
+                    .await;
+                }
+            )+
         }
     )*};
 }
@@ -54,8 +71,23 @@ macro_rules! advisory_tests {
 }
 
 per_database! {
-    sqlite => sqlx::Sqlite;
-    postgres => sqlx::Postgres;
-    postgres18 => sqlx::Postgres;
-    mysql => sqlx::MySql;
+    sqlite => sqlx::Sqlite, batches {
+        lease_batches_of_eight_workers => LeaseForm,
+        advisory_batches_of_eight_workers => AdvisoryForm,
+    };
+    postgres => sqlx::Postgres, batches {
+        lease_batches_of_eight_workers => LeaseForm,
+        row_lock_batches_of_eight_workers => RowLockForm,
+        advisory_batches_of_eight_workers => AdvisoryForm,
+    };
+    postgres18 => sqlx::Postgres, batches {
+        lease_batches_of_eight_workers => LeaseForm,
+        row_lock_batches_of_eight_workers => RowLockForm,
+        advisory_batches_of_eight_workers => AdvisoryForm,
+    };
+    mysql => sqlx::MySql, batches {
+        lease_batches_of_eight_workers => LeaseForm,
+        row_lock_batches_of_eight_workers => RowLockForm,
+        advisory_batches_of_eight_workers => AdvisoryForm,
+    };
 }

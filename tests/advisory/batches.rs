@@ -1,0 +1,121 @@
+//! Queues of batches, whose workers each run their own claim loop: on each form, two runners of 8
+//! workers side by side, each row delivered once, and a queue gone idle woken by an enqueue.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::Pool;
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+
+use crate::keys;
+use crate::support::{Ctx, Form, Spec, TestDb};
+
+const WORKERS: usize = 8;
+const BATCH: usize = 4;
+/// A runner's pool: a connection per worker (row lock and advisory batches hold one) and one
+/// more.
+const POOL: u32 = 10;
+
+/// Deliveries per payload (SQLite gives the ids of a table emptied again), and the largest
+/// batch seen.
+#[derive(Default)]
+struct Seen {
+    deliveries: HashMap<Vec<u8>, u32>,
+    largest: usize,
+}
+
+/// A runner on `pool` with a queue of batches of form `Fm` on `t`: `WORKERS` workers, batches of
+/// up to `BATCH`, a handler that records each delivery in `seen` and acks.
+fn batches<DB: TestDb, Fm: Form<DB>>(
+    pool: &Pool<DB>,
+    t: &str,
+    seen: &Arc<Mutex<Seen>>,
+) -> Runner<DB> {
+    let seen = Arc::clone(seen);
+    let handler = move |batch: Vec<Delivery<DB>>| {
+        let mut seen = seen.lock().unwrap();
+        seen.largest = seen.largest.max(batch.len());
+        for delivery in &batch {
+            *seen
+                .deliveries
+                .entry(delivery.payload().to_vec())
+                .or_default() += 1;
+        }
+        std::future::ready(batch.iter().map(|_| Outcome::ack()).collect())
+    };
+    let queue = Fm::apply(Queue::table(Table::new(t)))
+        .attempt("attempt")
+        .workers(WORKERS)
+        .batch(BATCH)
+        .batch_handler(handler);
+    // No poll within the test: an idle worker finds new rows only through a wake-up.
+    Runner::new(pool.clone())
+        .poll_interval(Duration::from_secs(3600))
+        .mount(queue)
+}
+
+/// Two runners of 8 workers, each claiming batches of 4 on its own, drain 400 rows, each
+/// delivered once; once the queues are idle (every worker waiting), 20 rows enqueued through the
+/// crate wake them and drain within seconds (there is no poll: a worker woken by the enqueue
+/// finds a full batch and wakes a sibling). Nothing is left held after shutdown.
+pub(crate) async fn each_row_once_across_two_runners_and_an_idle_queue_woken<
+    DB: TestDb,
+    Fm: Form<DB>,
+>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let form = Fm::NAME;
+    let t = ctx.table(Spec::lease()).await;
+    let table = Table::new(&t);
+    let payloads: Vec<String> = (0..400).map(|i| format!("job {i}")).collect();
+    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &table, &jobs).await.unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let (one, other) = (ctx.pool(POOL).await, ctx.pool(POOL).await);
+    let one = batches::<DB, Fm>(&one, &t, &seen).start().await.unwrap();
+    let other = batches::<DB, Fm>(&other, &t, &seen).start().await.unwrap();
+    ctx.wait_none(&t, "1 = 1", 60).await;
+    {
+        let seen = seen.lock().unwrap();
+        let twice: Vec<_> = seen.deliveries.iter().filter(|(_, n)| **n != 1).collect();
+        assert!(twice.is_empty(), "{form}: rows delivered twice: {twice:?}");
+        assert_eq!(seen.deliveries.len(), 400, "{form}: every row delivered");
+        assert!(
+            seen.largest > 1 && seen.largest <= BATCH,
+            "{form}: batches of up to {BATCH} rows (largest {})",
+            seen.largest
+        );
+    }
+    // Not a synchronisation (the assertions below hold either way): the workers' rechecks after
+    // their last short claims (2 + 10 + 50 + 250 ms) run out, so that only the enqueue's
+    // wake-up reaches them.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let more: Vec<String> = (0..20).map(|i| format!("more {i}")).collect();
+    let jobs: Vec<Job<'_>> = more.iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &table, &jobs).await.unwrap();
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    let stats = (one.stats(), other.stats());
+    one.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(
+            seen.deliveries.len(),
+            420,
+            "{form}: the rows enqueued later delivered too"
+        );
+        assert!(
+            seen.deliveries.values().all(|n| *n == 1),
+            "{form}: each row once"
+        );
+    }
+    assert_eq!(
+        stats.0.acked + stats.1.acked,
+        420,
+        "{form}: every row acked once ({stats:?})"
+    );
+    assert_eq!(keys::held(&ctx, &t).await, 0, "{form}: no key left");
+    ctx.drop_tables().await;
+}
