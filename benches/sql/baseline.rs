@@ -163,11 +163,13 @@ pub(crate) mod sqlite {
 
     /// Lease: up to `?` rows free at `?`, leased until `?` (the token), attempt counted. One
     /// writer at a time: the statement takes the database's write lock, no row is skipped.
+    /// The `LIMIT` is an expression: SQLite 3.51 reads a bare `LIMIT ?` when it prepares the
+    /// statement, and prepares it again whenever that parameter is bound anew.
     pub(crate) fn lease_claim(t: &str) -> String {
         format!(
             "UPDATE {t} SET locked_until = ?, attempt = attempt + 1 WHERE id IN (SELECT id FROM \
-             {t} WHERE locked_until IS NULL OR locked_until < ? ORDER BY id LIMIT ?) RETURNING \
-             id, payload, attempt"
+             {t} WHERE locked_until IS NULL OR locked_until < ? ORDER BY id \
+             LIMIT CAST(? AS INTEGER)) RETURNING id, payload, attempt"
         )
     }
 
@@ -180,9 +182,9 @@ pub(crate) mod sqlite {
     }
 
     /// Advisory: the first `?` rows in id order, among which a worker locks free keys in the
-    /// process.
+    /// process (the `LIMIT` an expression, as in `lease_claim`).
     pub(crate) fn advisory_candidates(t: &str) -> String {
-        format!("SELECT id FROM {t} ORDER BY id LIMIT ?")
+        format!("SELECT id FROM {t} ORDER BY id LIMIT CAST(? AS INTEGER)")
     }
 
     /// Advisory: re-reads `n` locked rows and counts their attempt.
