@@ -83,10 +83,12 @@ fn check<DB: TestDb, F: Form<DB>>(workers: usize, what: &str, gaps: Vec<Duration
         F::NAME
     ));
     // One redelivery that waited for the poll would take 10 s. The median holds the typical
-    // (a few ms); the tail allows for a machine busy with other tests.
+    // (a few ms); the tail allows for a machine busy with other tests (SQLite's statements
+    // queue on one gate per process, shared by every SQLite test running beside this one: a
+    // full run saw p90 358 ms once, 2–11 ms alone).
     assert!(
         p50 < Duration::from_millis(100)
-            && p90 < Duration::from_millis(250)
+            && p90 < Duration::from_millis(600)
             && max < Duration::from_secs(1),
         "{what} with {workers} workers: p50 {p50:?}, p90 {p90:?}, max {max:?}"
     );
