@@ -96,7 +96,14 @@ pub(crate) async fn each_row_once_across_two_runners_and_an_idle_queue_woken<
     let jobs: Vec<Job<'_>> = more.iter().map(Job::new).collect();
     DB::enqueue_many(&ctx.pool, &table, &jobs).await.unwrap();
     ctx.wait_none(&t, "1 = 1", 10).await;
-    let stats = (one.stats(), other.stats());
+    // A row is gone once its settlement committed; the runner counts it just after: wait (at
+    // most 10 s) for the counts to catch up.
+    let began = std::time::Instant::now();
+    let mut stats = (one.stats(), other.stats());
+    while stats.0.acked + stats.1.acked < 420 && began.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        stats = (one.stats(), other.stats());
+    }
     one.shutdown().await.unwrap();
     other.shutdown().await.unwrap();
     {
