@@ -59,19 +59,78 @@ fn recording<DB: TestDb>(
     }
 }
 
-/// The most starts within any stretch of `window`.
-pub(crate) fn most_within(starts: &[Duration], window: Duration) -> usize {
+/// How late a handler may record a start after the limiter granted its token: the grant is
+/// taken on the database's clock, then the claim runs and the handler is spawned, and only then
+/// does the handler read this host's clock. On a loaded CI machine (every test of the binary
+/// at once on 2 cores) that took up to ~80 ms; a start recorded late bunches with later ones.
+pub(crate) const JITTER: Duration = Duration::from_millis(150);
+
+/// Whether `starts` keep to a token bucket of `burst` tokens refilled at `per_second`, full at
+/// the first start, with each start recorded up to `jitter` after its grant: for every stretch
+/// from start `i` to start `j` (sorted), `j - i + 1 <= burst + per_second * (t_j - t_i +
+/// jitter)` (a bucket full at the start admits exactly the sequences that keep to this). A
+/// queue that stalled and then caught up with the tokens it saved keeps to it; one that started
+/// more than its tokens does not. `Err` names the worst stretch.
+pub(crate) fn within_bucket(
+    starts: &[Duration],
+    burst: u32,
+    per_second: f64,
+    jitter: Duration,
+) -> Result<(), String> {
     let mut starts = starts.to_vec();
     starts.sort();
-    let mut most = 0;
-    let mut first = 0;
-    for (last, at) in starts.iter().enumerate() {
-        while *at - starts[first] >= window {
-            first += 1;
+    // For each j, the worst i <= j maximises (j + 1 - rate t_j) + (rate t_i - i): keep the best
+    // (rate t_i - i) so far.
+    let mut best: Option<(f64, usize)> = None;
+    let mut worst: Option<(f64, usize, usize)> = None;
+    #[allow(clippy::cast_precision_loss, reason = "counts of a few thousand")]
+    for (j, at) in starts.iter().enumerate() {
+        let here = per_second * at.as_secs_f64() - j as f64;
+        if best.is_none_or(|(b, _)| here > b) {
+            best = Some((here, j));
         }
-        most = most.max(last + 1 - first);
+        let (b, i) = best.expect("set above");
+        let excess = (j as f64 + 1.0 - per_second * at.as_secs_f64()) + b
+            - f64::from(burst)
+            - per_second * jitter.as_secs_f64();
+        if worst.is_none_or(|(w, _, _)| excess > w) {
+            worst = Some((excess, i, j));
+        }
     }
-    most
+    match worst {
+        Some((excess, i, j)) if excess > 1e-9 => Err(format!(
+            "{} starts from {:?} to {:?}: the bucket ({burst} + {per_second}/s, {jitter:?} of \
+             recording delay) allows {:.1}",
+            j - i + 1,
+            starts[i],
+            starts[j],
+            f64::from(burst) + per_second * ((starts[j] - starts[i]) + jitter).as_secs_f64()
+        )),
+        _ => Ok(()),
+    }
+}
+
+#[test]
+fn the_bucket_check_admits_a_catch_up_and_refuses_a_start_too_many() {
+    let ms = Duration::from_millis;
+    // Burst 2, 10 a second, no jitter: two at once, then one every 100 ms.
+    let paced = [ms(0), ms(0), ms(100), ms(200), ms(300)];
+    assert_eq!(within_bucket(&paced, 2, 10.0, Duration::ZERO), Ok(()));
+    // A stall saves at most the bucket's two tokens, spent at once after it; not three.
+    let caught_up = [ms(0), ms(0), ms(400), ms(400)];
+    assert_eq!(within_bucket(&caught_up, 2, 10.0, Duration::ZERO), Ok(()));
+    let beyond = [ms(0), ms(0), ms(400), ms(400), ms(400)];
+    assert!(within_bucket(&beyond, 2, 10.0, Duration::ZERO).is_err());
+    // Three at once: one more than the bucket.
+    let error = within_bucket(&[ms(0), ms(0), ms(0)], 2, 10.0, Duration::ZERO).unwrap_err();
+    assert!(error.starts_with("3 starts"), "{error}");
+    // A late start: admitted with its jitter, not without.
+    let late = [ms(0), ms(0), ms(60), ms(200)];
+    assert!(within_bucket(&late, 2, 10.0, Duration::ZERO).is_err());
+    assert_eq!(within_bucket(&late, 2, 10.0, ms(50)), Ok(()));
+    // Twice the rate, over a second: refused even with the jitter the tests allow.
+    let twice: Vec<_> = (0..20).map(|i| ms(50 * i)).collect();
+    assert!(within_bucket(&twice, 2, 10.0, JITTER).is_err());
 }
 
 async fn drop_limits<DB: TestDb>(ctx: Ctx<DB>, l: &str) {
@@ -80,11 +139,11 @@ async fn drop_limits<DB: TestDb>(ctx: Ctx<DB>, l: &str) {
 }
 
 /// Three runners, each on a pool of its own with eight lease workers, serve one table of 2,000
-/// jobs under `rate_limit(200, 1 s)` for five seconds (the scenario, not a wait). Tolerances:
-/// the first second may start the burst (200, the bucket is full at start) and its refill (200)
-/// and 5 % more; every later second at most 210 (the token bucket allows 200, plus the few
-/// tokens a second's edge splits); the throughput of seconds 1 to 5 within 10 % of 200 a
-/// second; the five seconds together at most burst + 5 × 200 + 5 %.
+/// jobs under `rate_limit(200, 1 s)` for five seconds (the scenario, not a wait). The starts
+/// keep to the bucket ([`within_bucket`]: 200 at once, then 200 a second, with [`JITTER`]); the
+/// throughput of seconds 1 to 5 is within 10 % of 200 a second (a stall of the loaded machine
+/// is caught up from the tokens it saved, up to the bucket's 200). A second after a stall may
+/// start more than 200: the bucket allows it.
 pub(crate) async fn three_runners_keep_to_two_hundred_a_second<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
@@ -132,18 +191,13 @@ pub(crate) async fn three_runners_keep_to_two_hundred_a_second<DB: TestDb>() {
         DB::LABEL,
         after_burst as f64 / 4.0
     ));
-    assert!(per_second[0] <= 420, "the first second: {per_second:?}");
-    for (second, n) in per_second.iter().enumerate().skip(1) {
-        assert!(*n <= 210, "second {second}: {n} starts ({per_second:?})");
+    if let Err(beyond) = within_bucket(&starts, 200, 200.0, JITTER) {
+        panic!("{beyond} ({per_second:?})");
     }
     assert!(
         (720..=880).contains(&after_burst),
         "throughput after the first second {:.1}/s, not within 10 % of 200 ({per_second:?})",
         after_burst as f64 / 4.0
-    );
-    assert!(
-        total <= 1260,
-        "five seconds: {total} starts ({per_second:?})"
     );
     let statements: u64 = statements.iter().sum();
     assert!(
@@ -154,11 +208,10 @@ pub(crate) async fn three_runners_keep_to_two_hundred_a_second<DB: TestDb>() {
 }
 
 /// Two runners of batches of five (lease form) under `rate_limit(50, 1 s)` with a burst of 5
-/// get 60 rows at once, three times, 1.5 s apart: no stretch of a second starts more than the
-/// bucket allows (5 + 50, and 3 more for a start recorded by the handler on this host, some
-/// milliseconds after its grant on the database's clock), nor any 200 ms more than 5 + 10 + 3;
-/// and the limiter ran about one
-/// statement per batch (a busy poll would run thousands).
+/// get 60 rows at once, three times, 1.5 s apart: the starts keep to the bucket
+/// ([`within_bucket`]: 5 at once, then 50 a second, with [`JITTER`]), so each burst takes at
+/// least 1.1 s less the jitter; and the limiter ran about one statement per batch (a busy poll
+/// would run thousands).
 pub(crate) async fn bursts_of_rows_never_exceed_the_bucket_and_nothing_polls<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
@@ -201,21 +254,18 @@ pub(crate) async fn bursts_of_rows_never_exceed_the_bucket_and_nothing_polls<DB:
         runner.shutdown().await.unwrap();
     }
     let starts = starts.lock().unwrap().clone();
-    let (second, fifth) = (
-        most_within(&starts, Duration::from_secs(1)),
-        most_within(&starts, Duration::from_millis(200)),
-    );
     let last = starts.iter().max().copied().unwrap_or_default();
+    let kept = within_bucket(&starts, 5, 50.0, JITTER);
     report(&format!(
-        "{}: bursts of 60 under rate_limit(50, 1 s) burst 5, batches of 5: {} starts, at most \
-         {second} in a second, {fifth} in 200 ms, last at {last:?}, {statements} limiter \
-         statements",
+        "{}: bursts of 60 under rate_limit(50, 1 s) burst 5, batches of 5: {} starts, last at \
+         {last:?}, {statements} limiter statements, the bucket: {kept:?}",
         DB::LABEL,
         starts.len()
     ));
     assert_eq!(starts.len(), 180);
-    assert!(second <= 58, "{second} starts within a second");
-    assert!(fifth <= 18, "{fifth} starts within 200 ms");
+    if let Err(beyond) = kept {
+        panic!("{beyond}");
+    }
     assert!(
         statements <= 150,
         "{statements} limiter statements for 36 batches: the queue polls its limiter"
@@ -272,20 +322,22 @@ async fn a_claim_per_worker<DB: TestDb, F: Form<DB>>() {
         runner.shutdown().await.unwrap();
     }
     let starts = starts.lock().unwrap().clone();
-    let second = most_within(&starts, Duration::from_secs(1));
     let (first, last) = (
         starts.iter().min().copied().unwrap_or_default(),
         starts.iter().max().copied().unwrap_or_default(),
     );
+    let kept = within_bucket(&starts, 10, 100.0, JITTER);
     report(&format!(
-        "{} {}: 250 rows under rate_limit(100, 1 s) burst 10: at most {second} starts in a \
-         second, {:?} from first to last, {statements} limiter statements",
+        "{} {}: 250 rows under rate_limit(100, 1 s) burst 10: {:?} from first to last, \
+         {statements} limiter statements, the bucket: {kept:?}",
         DB::LABEL,
         F::NAME,
         last - first
     ));
     assert_eq!(starts.len(), 250);
-    assert!(second <= 113, "{} {second} starts within a second", F::NAME);
+    if let Err(beyond) = kept {
+        panic!("{}: {beyond}", F::NAME);
+    }
     assert!(
         last - first >= Duration::from_millis(2300),
         "{}: 250 starts within {:?}",
