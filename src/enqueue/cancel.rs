@@ -15,7 +15,7 @@ use sqlx::{Acquire, SqlStr};
 
 use super::bound;
 use crate::backend::{self, Backend, Clock, in_process};
-use crate::dialect::{self, Args, CANCEL_NOTICE, CancelSql, KeysAt, Names};
+use crate::dialect::{self, Args, CANCEL_NOTICE, CancelSql, KeysAt, Names, Stmt};
 use crate::error::{Error, Result};
 use crate::table::Table;
 
@@ -106,15 +106,8 @@ impl Table {
             let names = Names::of_table(DB::DIALECT, self)?;
             let sql = dialect::cancel(&names);
             let mut conn = conn.acquire().await?;
-            let identity = self.keys_identity::<DB>(&mut conn, &sql).await?;
-            let mut tx = begin::<DB>(&mut conn).await?;
-            let (done, taken) = self
-                .cancel_on::<DB>(&mut tx, &names, &sql, identity.as_deref(), id)
-                .await?;
-            tx.commit().await?;
-            // SQLite: the row's key, taken in the process, is free once the removal committed.
-            drop(taken);
-            Ok(done)
+            self.cancel_in_tx::<DB>(&mut conn, &names, &sql, Target::Id(id))
+                .await
         })
     }
 
@@ -148,25 +141,22 @@ impl Table {
                 ));
             };
             let mut conn = conn.acquire().await?;
-            let identity = self.keys_identity::<DB>(&mut conn, &sql).await?;
-            let mut tx = begin::<DB>(&mut conn).await?;
-            let args = Args {
-                unique_key: Some(key),
-                ..Args::default()
-            };
-            let (done, taken) =
-                match backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await? {
-                    Some(id) => {
-                        self.cancel_on::<DB>(&mut tx, &names, &sql, identity.as_deref(), id)
-                            .await?
-                    }
-                    None => (Cancellation::NotFound, None),
-                };
-            tx.commit().await?;
-            drop(taken);
-            Ok(done)
+            let target = Target::Unique { by_key, key };
+            self.cancel_in_tx::<DB>(&mut conn, &names, &sql, target)
+                .await
         })
     }
+}
+
+/// The job a cancellation names.
+enum Target<'a> {
+    Id(i64),
+    /// The unfinished job holding unique key `key`, read by `by_key` inside the cancellation's
+    /// transaction.
+    Unique {
+        by_key: &'a Stmt,
+        key: &'a str,
+    },
 }
 
 /// Opens a cancellation's transaction on `conn` (a savepoint inside the caller's). SQLite's
@@ -183,6 +173,40 @@ async fn begin<DB: Backend>(conn: &mut DB::Connection) -> Result<sqlx::Transacti
 }
 
 impl Table {
+    /// Cancels the job `target` names in a transaction of its own on `conn` (a savepoint inside
+    /// the caller's), and commits it.
+    async fn cancel_in_tx<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        names: &Names,
+        sql: &CancelSql,
+        target: Target<'_>,
+    ) -> Result<Cancellation> {
+        let identity = self.keys_identity::<DB>(conn, sql).await?;
+        let mut tx = begin::<DB>(conn).await?;
+        let id = match target {
+            Target::Id(id) => Some(id),
+            Target::Unique { by_key, key } => {
+                let args = Args {
+                    unique_key: Some(key),
+                    ..Args::default()
+                };
+                backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await?
+            }
+        };
+        let (done, taken) = match id {
+            Some(id) => {
+                self.cancel_on::<DB>(&mut tx, names, sql, identity.as_deref(), id)
+                    .await?
+            }
+            None => (Cancellation::NotFound, None),
+        };
+        tx.commit().await?;
+        // SQLite: the row's key, taken in the process, is free once the removal committed.
+        drop(taken);
+        Ok(done)
+    }
+
     /// Cancels row `id` inside a transaction of `conn`, whose table's advisory keys (where
     /// `sql` tests them) are made of `identity`. SQLite: returns the row's key too, taken in the
     /// process while the row is removed, which the caller releases once it committed (or, on an

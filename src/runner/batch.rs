@@ -10,11 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::FutureExt as _;
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::Mutex;
 use tracing::Instrument as _;
 
 use super::cancel;
-use super::claim::Pace;
+use super::claim::{Pace, worker_loops};
 use tokio_util::sync::CancellationToken;
 
 use super::keeper::keep_batch;
@@ -41,41 +41,24 @@ where
     F: Form<DB>,
     H: CallBatch<DB>,
 {
-    let siblings = Arc::new(Notify::new());
     let shared = Arc::new(Workers {
         busy: AtomicUsize::new(0),
         turns: (DB::DIALECT == Dialect::Sqlite).then(|| Mutex::new(())),
     });
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..q.workers {
-        let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
-        let (siblings, shared) = (Arc::clone(&siblings), Arc::clone(&shared));
-        workers.spawn(async move {
-            let mut pace = Pace::with_siblings(siblings);
-            let mut released = 0;
+    worker_loops(&q, "a batch worker", |_, mut pace| {
+        let (q, handler, shared) = (Arc::clone(&q), Arc::clone(&handler), Arc::clone(&shared));
+        async move {
             while !q.stopping() {
                 match claim_and_deliver(&q, &*handler, size, &shared, &mut pace).await {
                     Turn::Next => {}
-                    Turn::Released(back) => {
-                        released += back;
-                        break;
-                    }
+                    Turn::Released(back) => return back,
                     Turn::Stop => break,
                 }
             }
-            released
-        });
-    }
-    let mut released = 0;
-    while let Some(worker) = workers.join_next().await {
-        match worker {
-            Ok(n) => released += n,
-            Err(error) => {
-                tracing::error!(queue = %q.label, %error, "a batch worker ended abnormally");
-            }
+            0
         }
-    }
-    q.report(released)
+    })
+    .await
 }
 
 /// What a queue's worker loops share.

@@ -191,14 +191,10 @@ where
     F: Form<DB>,
     H: CallOne<DB>,
 {
-    let siblings = Arc::new(Notify::new());
     let busy = Arc::new(AtomicUsize::new(0));
-    let mut workers = tokio::task::JoinSet::new();
-    for index in 0..q.workers {
-        let (q, handler) = (Arc::clone(&q), Arc::clone(&handler));
-        let (siblings, busy) = (Arc::clone(&siblings), Arc::clone(&busy));
-        workers.spawn(async move {
-            let mut pace = Pace::with_siblings(siblings);
+    worker_loops(&q, "a worker loop", |index, mut pace| {
+        let (q, handler, busy) = (Arc::clone(&q), Arc::clone(&handler), Arc::clone(&busy));
+        async move {
             let mut released = 0;
             while !q.stopping() {
                 // A claim in flight is awaited, and its row released if the runner stopped.
@@ -243,15 +239,31 @@ where
                 pace.claimed(&q, true, false).await;
             }
             released
-        });
+        }
+    })
+    .await
+}
+
+/// Runs one loop per worker of `q` — `each(index, pace)`, its pace waking its siblings' — until
+/// every loop ended, and reports the rows they released. A loop that ended abnormally (a panic
+/// outside a handler's own catch) is logged as `what`; the others go on.
+pub(super) async fn worker_loops<DB, F, L, Fut>(q: &Live<DB, F>, what: &str, each: L) -> QueueReport
+where
+    DB: Backend,
+    F: Form<DB>,
+    L: Fn(usize, Pace) -> Fut,
+    Fut: Future<Output = u64> + Send + 'static,
+{
+    let siblings = Arc::new(Notify::new());
+    let mut workers = tokio::task::JoinSet::new();
+    for index in 0..q.workers {
+        workers.spawn(each(index, Pace::with_siblings(Arc::clone(&siblings))));
     }
     let mut released = 0;
     while let Some(worker) = workers.join_next().await {
         match worker {
             Ok(n) => released += n,
-            Err(error) => {
-                tracing::error!(queue = %q.label, %error, "a worker loop ended abnormally");
-            }
+            Err(error) => tracing::error!(queue = %q.label, %error, "{what} ended abnormally"),
         }
     }
     q.report(released)

@@ -10,40 +10,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::Postgres;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 use sqlx_queue::{
     Delivery, Error, Inspect, Job, Outcome, Pooler, Queue, Runner, Table, Transactional,
 };
 
-use crate::support::{Ctx, Spec};
-
-const URL_VAR: &str = "SQLX_QUEUE_PGBOUNCER_URL";
-
-/// A pool of `max` connections through the pooler, or `None` (with a notice) when its URL is
-/// not set and not required.
-async fn pooled(max: u32) -> Option<PgPool> {
-    let url = match std::env::var(URL_VAR) {
-        Ok(url) => url,
-        Err(_) if std::env::var("SQLX_QUEUE_REQUIRE_ALL").as_deref() == Ok("1") => {
-            panic!("{URL_VAR} is not set, and SQLX_QUEUE_REQUIRE_ALL=1 requires every database")
-        }
-        Err(_) => {
-            use std::io::Write as _;
-            let _ = writeln!(
-                std::io::stderr(),
-                "note: {URL_VAR} is not set: the PgBouncer test is skipped (set it, or run .ci/run)"
-            );
-            return None;
-        }
-    };
-    let pool = PgPoolOptions::new()
-        .max_connections(max)
-        .acquire_timeout(Duration::from_secs(20))
-        .connect(&url)
-        .await
-        .unwrap_or_else(|e| panic!("PgBouncer at {url}: {e}"));
-    Some(pool)
-}
+use crate::support::{Ctx, Spec, pooled};
 
 /// Leaves statements prepared under sqlx's names (`sqlx_s_1`, ..) on the pooler's server
 /// sessions, as an application on sqlx's defaults does through it: a client that prepared a

@@ -18,7 +18,7 @@ pub(crate) use common::databases::Spec;
 pub(crate) use common::forms::{AdvisoryForm, Form, LeaseForm, RowLockForm};
 #[allow(
     unused_imports,
-    reason = "the cancel and rate binaries test through the pooler; tests/it has its own"
+    reason = "`it`, `cancel` and `rate` test through the pooler; the other binaries of this support do not"
 )]
 pub(crate) use common::pooler::pooled;
 pub(crate) use common::{example_binary, recv, report, unique, wait_for};
