@@ -25,6 +25,9 @@ pub(crate) const BOUND: Duration = Duration::from_secs(30);
 struct Run {
     key: usize,
     id: i64,
+    /// The delivery's attempt: above 1, the row was claimed before (a lease given back or
+    /// expired), which says how a row came late.
+    attempt: u32,
     start: Instant,
     end: Instant,
 }
@@ -51,10 +54,11 @@ impl Seen {
         }
     }
 
-    fn end(&self, key: usize, id: i64, start: Instant) {
+    fn end(&self, key: usize, id: i64, attempt: u32, start: Instant) {
         self.runs.lock().unwrap().push(Run {
             key,
             id,
+            attempt,
             start,
             end: Instant::now(),
         });
@@ -71,15 +75,22 @@ impl Seen {
         );
         let mut runs = self.runs.lock().unwrap().clone();
         runs.sort_by_key(|r| r.start);
+        let first = runs.first().map(|r| r.start);
+        let at = |r: &Run| first.map(|f| r.start - f).unwrap_or_default();
         for key in 0..KEYS.len() {
             let of_key: Vec<&Run> = runs.iter().filter(|r| r.key == key).collect();
             assert_eq!(of_key.len(), ROWS_PER_KEY, "key {key}: every row ran once");
             for pair in of_key.windows(2) {
                 assert!(
                     pair[0].id < pair[1].id,
-                    "key {key}: row {} started after row {}",
+                    "key {key}: row {} (attempt {}, at {:?}) started after row {} (attempt {}, \
+                     at {:?})",
                     pair[1].id,
-                    pair[0].id
+                    pair[1].attempt,
+                    at(pair[1]),
+                    pair[0].id,
+                    pair[0].attempt,
+                    at(pair[0]),
                 );
                 assert!(
                     pair[0].end <= pair[1].start,
@@ -144,7 +155,12 @@ pub(crate) async fn by_key_keeps_each_key_in_order<DB: TestDb, F: Form<DB>>() {
         move |d: Delivery<DB>| {
             let (seen, first) = (Arc::clone(&seen), Arc::clone(&first));
             async move {
-                let (key, id, start) = (usize::from(d.payload()[0]), d.id(), Instant::now());
+                let (key, id, attempt, start) = (
+                    usize::from(d.payload()[0]),
+                    d.id(),
+                    d.attempt(),
+                    Instant::now(),
+                );
                 seen.start(key);
                 // The very first delivery waits for another key to be in work with it.
                 if first.swap(false, Ordering::SeqCst) {
@@ -153,7 +169,7 @@ pub(crate) async fn by_key_keeps_each_key_in_order<DB: TestDb, F: Form<DB>>() {
                 // Random-ish short work: 0 to 3 ms.
                 let work = u64::try_from(id.rem_euclid(7)).unwrap() / 2;
                 tokio::time::sleep(Duration::from_millis(work)).await;
-                seen.end(key, id, start);
+                seen.end(key, id, attempt, start);
                 Outcome::ack()
             }
         }
@@ -216,7 +232,12 @@ pub(crate) async fn a_slow_key_holds_back_no_other<DB: TestDb, F: Form<DB>>() {
                 Arc::clone(&timed_out),
             );
             async move {
-                let (key, id, start) = (usize::from(d.payload()[0]), d.id(), Instant::now());
+                let (key, id, attempt, start) = (
+                    usize::from(d.payload()[0]),
+                    d.id(),
+                    d.attempt(),
+                    Instant::now(),
+                );
                 seen.start(key);
                 if key == 0 {
                     let drained = || others_done.load(Ordering::SeqCst) == 3 * ROWS_PER_KEY;
@@ -226,7 +247,7 @@ pub(crate) async fn a_slow_key_holds_back_no_other<DB: TestDb, F: Form<DB>>() {
                 } else {
                     others_done.fetch_add(1, Ordering::SeqCst);
                 }
-                seen.end(key, id, start);
+                seen.end(key, id, attempt, start);
                 Outcome::ack()
             }
         }
