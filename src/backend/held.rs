@@ -129,6 +129,11 @@ impl<DB: Backend> HeldConn<DB> {
         self.keys.push(key);
     }
 
+    /// Whether this connection's deliveries hold any key (a [`Key::Pending`] too).
+    pub(crate) fn holds_keys(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
     /// Records that `key` was released (an in-process key is released here).
     pub(crate) fn release_key(&mut self, key: Key) {
         if let Some(i) = self.keys.iter().position(|k| *k == key) {

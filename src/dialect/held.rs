@@ -54,6 +54,16 @@ pub(crate) struct AdvisorySql {
     pub(crate) lock_many: Option<Stmt>,
     /// `lock_many`, passing over held-back rows.
     pub(crate) lock_many_excluding: Option<Stmt>,
+    /// `lock_many` and `take_many` in one statement (PostgreSQL with an attempt column): the
+    /// rows whose keys it took, `(id, payload, attempt[, ..], 0)`, and `(id, NULL.., 1)` for a
+    /// key it took and released again, its row no longer claimable. See
+    /// [`lock_take`](postgres::lock_take).
+    pub(crate) lock_take: Option<Stmt>,
+    /// `lock_take`, passing over held-back rows.
+    pub(crate) lock_take_excluding: Option<Stmt>,
+    /// Releases every key of the session, after a `lock_take` that failed (run only on a
+    /// session that held no key before it).
+    pub(crate) unlock_all: Option<Stmt>,
     /// Releases the key of row `id`: 1 when it was held (absent on SQLite).
     pub(crate) unlock: Option<Stmt>,
     /// Releases the keys of `2^k` ids, returning those whose key was held (absent on SQLite).
@@ -83,6 +93,31 @@ pub(crate) struct AdvisorySql {
     /// `attempt = ?` of a row whose key is held: a row claimed but never delivered goes back
     /// with the count its claim read; absent without an attempt column.
     pub(crate) restore_attempt: Option<Stmt>,
+}
+
+/// `SELECT id FROM (the first `Window` claimable rows in claim order) AS c WHERE (its key taken
+/// without waiting) LIMIT ?`: the candidates in a derived table (its LIMIT keeps it from being
+/// merged into the outer query), each key tried as the outer query reads them until it has
+/// `Limit`. `None` on SQLite, whose keys are held in the process.
+pub(super) fn lock_many_into(w: &mut SqlWriter, n: &Names) -> Option<()> {
+    let try_lock: fn(&mut SqlWriter, &str) = match n.dialect {
+        Dialect::Postgres => postgres::try_lock_of,
+        Dialect::MySql => mysql::try_lock_of,
+        Dialect::Sqlite => return None,
+    };
+    w.push("SELECT ");
+    as_i64(w, "c.sqlxq_id");
+    w.push(" FROM (SELECT ")
+        .push(&n.id)
+        .push(" AS sqlxq_id FROM ")
+        .push(&n.table)
+        .push(" WHERE ");
+    claimable(w, n);
+    order(w, n);
+    w.limit(Slot::Window).push(") AS c WHERE ");
+    try_lock(w, "c.sqlxq_id");
+    w.limit(Slot::Limit);
+    Some(())
 }
 
 fn by_id(w: &mut SqlWriter, n: &Names) {
@@ -240,28 +275,15 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         w.limit(Slot::Limit);
         w.finish()
     };
-    // The candidates in a derived table (its LIMIT keeps it from being merged into the outer
-    // query), each key tried as the outer query reads them until it has `Limit`.
     let lock_many = |n: &Names| {
-        let try_lock: fn(&mut SqlWriter, &str) = match n.dialect {
-            Dialect::Postgres => postgres::try_lock_of,
-            Dialect::MySql => mysql::try_lock_of,
-            Dialect::Sqlite => return None,
-        };
         let mut w = n.writer();
-        w.push("SELECT ");
-        as_i64(&mut w, "c.sqlxq_id");
-        w.push(" FROM (SELECT ")
-            .push(&n.id)
-            .push(" AS sqlxq_id FROM ")
-            .push(&n.table)
-            .push(" WHERE ");
-        claimable(&mut w, n);
-        order(&mut w, n);
-        w.limit(Slot::Window).push(") AS c WHERE ");
-        try_lock(&mut w, "c.sqlxq_id");
-        w.limit(Slot::Limit);
+        lock_many_into(&mut w, n)?;
         Some(w.finish())
+    };
+    // PostgreSQL with an attempt column: the keys and the rows in one statement.
+    let lock_take = |lock: &Names| match (n.dialect, &n.attempt) {
+        (Dialect::Postgres, Some(attempt)) => Some(postgres::lock_take(lock, n, attempt)),
+        _ => None,
     };
     let unlock = match n.dialect {
         Dialect::Postgres => Some(postgres::unlock()),
@@ -314,6 +336,9 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         candidates_excluding: candidates(&n.excluding().floored()),
         lock_many: lock_many(&n.floored()),
         lock_many_excluding: lock_many(&n.excluding().floored()),
+        lock_take: lock_take(&n.floored()),
+        lock_take_excluding: lock_take(&n.excluding().floored()),
+        unlock_all: lock_take(n).map(|_| postgres::unlock_all()),
         unlock,
         unlock_many,
         take: w.finish(),

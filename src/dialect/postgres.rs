@@ -1,6 +1,6 @@
 //! PostgreSQL statement text.
 
-use super::common::{claimable, finish, ids, order, read_created};
+use super::common::{as_i64, claimable, finish, ids, order, read_created};
 use super::lease::lease_set;
 use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
 
@@ -132,6 +132,69 @@ pub(super) fn unlock_many(count: u16) -> Stmt {
     w.push(") AS v (k)) AS d WHERE pg_advisory_unlock(");
     key_of(&mut w, "d.k");
     w.push(")");
+    w.finish()
+}
+
+/// The advisory claim in one statement, for a table with an attempt column: `sqlxq_keys`, the
+/// keys taken as [`lock_many_into`](super::held::lock_many_into) takes them (names `lock`);
+/// `sqlxq_taken`, those rows still claimable, their attempts counted. The `UPDATE` reads each
+/// row's latest version, so a row another session settled after the statement's snapshot (whose
+/// key it then released) is passed over, as the second statement of a two-statement claim
+/// would. Then, for each key taken in the order taken: its row's columns `(id, payload,
+/// attempt[, created_at][, headers][, key])` and `0`; or, a row no longer claimable, its key
+/// released again — `CASE` evaluates the release for those rows only — and `(id, NULL.., 1)`
+/// (`2` if the session did not hold it).
+pub(super) fn lock_take(lock: &Names, n: &Names, attempt: &str) -> Stmt {
+    let columns = 3
+        + usize::from(n.read_created && n.created_at.is_some())
+        + usize::from(n.headers.is_some())
+        + usize::from(n.key.is_some());
+    let list = |w: &mut SqlWriter, prefix: &str| {
+        w.push(prefix).push("sqlxq_id");
+        for i in 1..columns {
+            w.push(", ").push(prefix).push(&format!("sqlxq_{i}"));
+        }
+    };
+    let mut w = lock.writer();
+    w.push("WITH sqlxq_keys (sqlxq_id) AS MATERIALIZED (");
+    super::held::lock_many_into(&mut w, lock).expect("PostgreSQL takes keys in the query");
+    w.push("), sqlxq_taken (");
+    list(&mut w, "");
+    w.push(") AS (UPDATE ").push(&n.table).push(" SET ");
+    n.count_attempt(&mut w, attempt);
+    w.push(" WHERE ")
+        .push(&n.id)
+        .push(" IN (SELECT sqlxq_id FROM sqlxq_keys) AND ");
+    claimable(&mut w, n);
+    w.push(" RETURNING ");
+    as_i64(&mut w, &n.id);
+    w.push(", ");
+    n.read_payload(&mut w, "");
+    w.push(", ");
+    as_i64(&mut w, attempt);
+    w.push(" - 1");
+    read_created(&mut w, n, "");
+    w.push(") SELECT k.sqlxq_id");
+    for i in 1..columns {
+        w.push(&format!(", r.sqlxq_{i}"));
+    }
+    w.push(", CASE WHEN r.sqlxq_id IS NOT NULL THEN CAST(0 AS BIGINT) WHEN pg_advisory_unlock(");
+    key_of(&mut w, "k.sqlxq_id");
+    w.push(
+        ") THEN CAST(1 AS BIGINT) ELSE CAST(2 AS BIGINT) END FROM sqlxq_keys AS k \
+         LEFT JOIN LATERAL (SELECT ",
+    );
+    list(&mut w, "t.");
+    // `OFFSET 0` keeps the lateral subquery from being pulled up into a hash join: a nested
+    // loop over the keys returns them in the order they were taken.
+    w.push(" FROM sqlxq_taken AS t WHERE t.sqlxq_id = k.sqlxq_id OFFSET 0) AS r ON true");
+    w.finish()
+}
+
+/// Releases every advisory key the session holds.
+pub(super) fn unlock_all() -> Stmt {
+    let mut w = SqlWriter::new(super::Dialect::Postgres);
+    w.push("SELECT pg_advisory_unlock_all()");
     w.finish()
 }
 

@@ -24,6 +24,15 @@ pub(crate) async fn execute<DB: Backend>(
     DB::execute(conn, query::<DB>(stmt, args)).await
 }
 
+/// Runs `stmt` with `args` on `conn`: its rows, as the database returned them.
+pub(crate) async fn fetch_all<DB: Backend>(
+    conn: &mut DB::Connection,
+    stmt: &Stmt,
+    args: &Args<'_>,
+) -> Result<Vec<DB::Row>, sqlx::Error> {
+    DB::fetch_all(conn, query::<DB>(stmt, args)).await
+}
+
 /// Runs `stmt` with `args` on `conn`, reading its first column as integers.
 pub(crate) async fn fetch_i64s<DB: Backend>(
     conn: &mut DB::Connection,

@@ -10,7 +10,8 @@
 //! retries, drops and dead letters among the grouped acks of a session settle each as it should;
 //! a session the server ends frees its rows to another runner, and its acks settle none of them;
 //! and (`statements.rs`, PostgreSQL) an ack's settlement releases the key in the statement that
-//! deletes the row. Beside them (`batches.rs`), queues of batches of every form, whose workers
+//! deletes the row, a claim takes its keys and reads its rows in one statement, and a row deleted
+//! while that statement waits for it is passed over, its key released. Beside them (`batches.rs`), queues of batches of every form, whose workers
 //! each claim on their own: each row once across two runners, and an idle queue woken.
 
 #[allow(
@@ -41,6 +42,10 @@ macro_rules! per_database {
                     settle::a_killed_session_frees_its_rows_and_its_acks_settle_none,
                 acks_release_their_keys_in_the_settling_statement =>
                     statements::acks_release_their_keys_in_the_settling_statement,
+                claims_take_keys_and_rows_in_one_statement =>
+                    statements::claims_take_keys_and_rows_in_one_statement,
+                a_row_deleted_during_the_claim_is_passed_over_and_its_key_released =>
+                    statements::a_row_deleted_during_the_claim_is_passed_over_and_its_key_released,
             );
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,7 @@ use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::layer::{Context, SubscriberExt as _};
 
 use crate::keys;
-use crate::support::{Ctx, Spec, TestDb, report};
+use crate::support::{Ctx, Spec, TestDb, report, wait_for};
 
 /// The statements sqlx ran that name a watched table (tests run side by side in this process:
 /// each watches its own table).
@@ -140,6 +140,145 @@ pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb
         statements.len()
     ));
     assert_eq!(*delivered.lock().unwrap(), 200);
+    assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
+    ctx.drop_tables().await;
+}
+
+/// Eight workers drain 200 rows of a table with an attempt column: every claim takes its keys
+/// and reads its rows in one statement (`WITH sqlxq_keys AS MATERIALIZED (.. pg_try_advisory_lock
+/// ..), sqlxq_taken AS (UPDATE ..)`), no claim runs the two statements apart, each row is
+/// delivered once at attempt 1, and no key is left. PostgreSQL only.
+pub(crate) async fn claims_take_keys_and_rows_in_one_statement<DB: TestDb>() {
+    if DB::LABEL != "postgres" {
+        return;
+    }
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            attempt: true,
+            ..Spec::default()
+        })
+        .await;
+    let payloads: Vec<String> = (0..200).map(|i| format!("job {i}")).collect();
+    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
+        .await
+        .unwrap();
+    watch(&t);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seen);
+    let queue = Queue::table(Table::new(&t))
+        .advisory_lock()
+        .workers(8)
+        .attempt("attempt")
+        .handler(move |d: Delivery<DB>| {
+            recorded.lock().unwrap().push((d.id(), d.attempt()));
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    ctx.wait_none(&t, "1 = 1", 60).await;
+    running.shutdown().await.unwrap();
+    let statements = statements(&t);
+    let claims = statements
+        .iter()
+        .filter(|s| s.contains("pg_try_advisory_lock("))
+        .count();
+    let apart: Vec<&String> = statements
+        .iter()
+        .filter(|s| s.contains("pg_try_advisory_lock(") != s.contains("sqlxq_taken"))
+        .chain(statements.iter().filter(|s| {
+            s.starts_with("UPDATE") && s.contains("\"attempt\" + 1") && s.contains(" IN (")
+        }))
+        .collect();
+    report(&format!(
+        "{}: 200 rows in {claims} claim statements, {} statements naming the table",
+        DB::LABEL,
+        statements.len()
+    ));
+    assert!(claims > 0, "the claims' statements were recorded");
+    assert!(apart.is_empty(), "claims in two statements: {apart:?}");
+    let mut seen = seen.lock().unwrap().clone();
+    assert!(seen.iter().all(|(_, attempt)| *attempt == 1), "{seen:?}");
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), 200, "each row delivered once");
+    assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
+    ctx.drop_tables().await;
+}
+
+/// A row another transaction deletes while a claim's statement waits for it (the claim took
+/// its key, then found the row locked) is passed over once that transaction commits — the
+/// statement reads the row's latest version — its key released in the same statement; the
+/// rows after it are delivered once, and no key is left. PostgreSQL only (MySQL/MariaDB read
+/// the rows again without a lock: a row a transaction deletes without its key is not guarded
+/// there).
+pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_released<
+    DB: TestDb,
+>() {
+    if DB::LABEL != "postgres" {
+        return;
+    }
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            attempt: true,
+            ..Spec::default()
+        })
+        .await;
+    let payloads = ["deleted", "second", "third"];
+    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
+        .await
+        .unwrap();
+    let mut deleting = ctx.pool.begin().await.unwrap();
+    let delete = format!("DELETE FROM {t} WHERE id = (SELECT MIN(id) FROM {t})");
+    DB::exec_on(&mut deleting, &delete).await.unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seen);
+    let queue = Queue::table(Table::new(&t))
+        .advisory_lock()
+        .attempt("attempt")
+        .handler(move |d: Delivery<DB>| {
+            recorded.lock().unwrap().push(d.payload().to_vec());
+            async { Outcome::ack() }
+        });
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    let waiting = format!(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+         AND query LIKE '%{t}%' AND pid <> pg_backend_pid()"
+    );
+    wait_for(
+        "the claim to wait for the deleted row",
+        Duration::from_secs(10),
+        || async { DB::count(&ctx.pool, &waiting).await.unwrap() > 0 },
+    )
+    .await;
+    assert_eq!(
+        keys::held(&ctx, &t).await,
+        1,
+        "the claim holds the deleted row's key"
+    );
+    deleting.commit().await.unwrap();
+    ctx.wait_none(&t, "1 = 1", 10).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![b"second".to_vec(), b"third".to_vec()]
+    );
     assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }

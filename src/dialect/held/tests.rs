@@ -89,6 +89,25 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
          4294967295))) THEN pg_advisory_unlock(((CAST($6 AS BIGINT) << 32) | (CAST(v.k AS \
          BIGINT) & 4294967295))) ELSE FALSE END"
     );
+    assert_eq!(
+        sql.lock_take.as_ref().unwrap().text(),
+        "WITH sqlxq_keys (sqlxq_id) AS MATERIALIZED (SELECT CAST(c.sqlxq_id AS BIGINT) FROM \
+         (SELECT \"id\" AS sqlxq_id FROM \"jobs\" WHERE \"id\" >= $1 ORDER BY \"id\" LIMIT $2) AS c \
+         WHERE pg_try_advisory_lock(((CAST($3 AS BIGINT) << 32) | (CAST(c.sqlxq_id AS BIGINT) & \
+         4294967295))) LIMIT $4), sqlxq_taken (sqlxq_id, sqlxq_1, sqlxq_2) AS (UPDATE \"jobs\" SET \
+         \"attempt\" = CASE WHEN \"attempt\" < 9223372036854775807 THEN \"attempt\" + 1 ELSE \
+         \"attempt\" END WHERE \"id\" IN (SELECT sqlxq_id FROM sqlxq_keys) AND 1 = 1 RETURNING \
+         CAST(\"id\" AS BIGINT), \"payload\", CAST(\"attempt\" AS BIGINT) - 1) SELECT k.sqlxq_id, \
+         r.sqlxq_1, r.sqlxq_2, CASE WHEN r.sqlxq_id IS NOT NULL THEN CAST(0 AS BIGINT) WHEN \
+         pg_advisory_unlock(((CAST($5 AS BIGINT) << 32) | (CAST(k.sqlxq_id AS BIGINT) & \
+         4294967295))) THEN CAST(1 AS BIGINT) ELSE CAST(2 AS BIGINT) END FROM sqlxq_keys AS k LEFT \
+         JOIN LATERAL (SELECT t.sqlxq_id, t.sqlxq_1, t.sqlxq_2 FROM sqlxq_taken AS t WHERE \
+         t.sqlxq_id = k.sqlxq_id OFFSET 0) AS r ON true"
+    );
+    assert_eq!(
+        sql.unlock_all.as_ref().unwrap().text(),
+        "SELECT pg_advisory_unlock_all()"
+    );
     assert!(sql.count.is_none() && sql.count_many.is_none());
     assert_eq!(
         sql.restore_attempt.unwrap().text(),
@@ -123,8 +142,13 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
         "SELECT CAST(d.k AS SIGNED) FROM (SELECT CAST(? AS SIGNED) AS k UNION SELECT \
              CAST(? AS SIGNED) AS k) AS d WHERE RELEASE_LOCK("
     ));
+    assert!(
+        sql.lock_take.is_none(),
+        "MySQL/MariaDB have no UPDATE .. RETURNING"
+    );
     let sql = super::advisory(&names(Dialect::Sqlite, Table::new("jobs"), true));
     assert!(sql.lock_many.is_none() && sql.unlock.is_none() && sql.unlock_many.is_none());
+    assert!(sql.lock_take.is_none());
 }
 
 #[test]

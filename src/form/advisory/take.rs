@@ -7,10 +7,10 @@ use chrono::{DateTime, Utc};
 
 use super::AdvisoryForm;
 use super::keys::Keys;
-use crate::backend::{Backend, ClaimedRow, HeldConn, Key, in_process, is_row_error};
-use crate::dialect::{Args, MAX_EXCLUDED, MAX_FINISH};
+use crate::backend::{Backend, ClaimedRow, HeldConn, Key, claimed_row, in_process, is_row_error};
+use crate::dialect::{Args, MAX_EXCLUDED, MAX_FINISH, Stmt};
 use crate::error::{Error, Result};
-use crate::form::{ClaimFailed, execute, fetch_claimed, fetch_i64, fetch_i64s};
+use crate::form::{ClaimFailed, execute, fetch_all, fetch_claimed, fetch_i64, fetch_i64s};
 
 impl AdvisoryForm {
     /// Takes up to `want` rows on `conn`, which then holds their keys: their keys first, without
@@ -26,10 +26,19 @@ impl AdvisoryForm {
         // One statement takes every key: keys are re-entrant on PostgreSQL and MySQL/MariaDB, so
         // a second statement would take again the keys of rows the first took, still claimable.
         let floor = self.checked.floor.start();
-        let mut ids = self.lock::<DB>(conn, want, now, floor, excluded).await?;
+        let (mut ids, mut rows) = match self.lock_take_stmt(conn.holds_keys(), excluded) {
+            Some(stmt) => {
+                self.lock_take::<DB>(conn, stmt, want, now, floor, excluded)
+                    .await?
+            }
+            None => {
+                let ids = self.lock::<DB>(conn, want, now, floor, excluded).await?;
+                let rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
+                (ids, rows)
+            }
+        };
         self.checked.floor.claimed(floor, want, ids.iter().copied());
         let mut full = ids.len() == want;
-        let mut rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
         // Rows settled by another session since the statement's snapshot leave places a claim
         // that found enough rows fills again, passing over the rows it took (a claim short of
         // its rows would make its queue wait for the poll with rows ready).
@@ -53,6 +62,70 @@ impl AdvisoryForm {
 
     /// How many times a claim takes more keys for rows settled since its snapshot.
     const REFILLS: usize = 2;
+
+    /// The statement that takes a claim's first keys and rows at once
+    /// ([`AdvisorySql::lock_take`]), where the form has it and the session holds no key yet
+    /// (`held`): `None`, two statements take them.
+    fn lock_take_stmt(&self, held: bool, excluded: &[i64]) -> Option<&Stmt> {
+        let stmt = match excluded {
+            [] => self.sql.lock_take.as_ref(),
+            _ => self.sql.lock_take_excluding.as_ref(),
+        };
+        stmt.filter(|_| !held)
+    }
+
+    /// Takes up to `want` keys and their rows by `stmt` ([`lock_take_stmt`](Self::lock_take_stmt))
+    /// on `conn`, which holds no key before: the ids whose keys it took, and the rows still
+    /// claimable, whose keys `conn` now holds (the others' keys the statement released). When
+    /// the statement fails for a reason of one row's own, the keys it took are released and
+    /// two statements take them instead, which name the row.
+    async fn lock_take<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        stmt: &Stmt,
+        want: usize,
+        now: DateTime<Utc>,
+        floor: Option<i64>,
+        excluded: &[i64],
+    ) -> Result<(Vec<i64>, Vec<ClaimedRow>), ClaimFailed> {
+        let args = self.lock_args(want, now, floor, excluded);
+        // Marked first: if the answer is lost, the connection is closed, not reused.
+        conn.hold_key(Key::Pending);
+        let rows = match fetch_all::<DB>(&mut *conn, stmt, &args).await {
+            Ok(rows) => rows,
+            Err(error) if is_row_error(&error) => {
+                self.unlock_all::<DB>(conn).await?;
+                conn.release_key(Key::Pending);
+                let ids = self.lock::<DB>(conn, want, now, floor, excluded).await?;
+                let rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
+                return Ok((ids, rows));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut taken = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let last = sqlx::Row::len(row) - 1;
+            let id = DB::get_i64(row, 0)?;
+            ids.push(id);
+            // 0: the row, its key held; 1 (2): its key released (was not held).
+            if DB::get_i64(row, last)? == 0 {
+                taken.push(claimed_row::<DB>(row, self.checked.columns, last)?);
+                conn.hold_key(Key::Session(id));
+            }
+        }
+        conn.release_key(Key::Pending);
+        Ok((ids, taken))
+    }
+
+    /// Releases every key of `conn`'s session, after a statement that took an unknown part of
+    /// them failed (the session held none before it).
+    async fn unlock_all<DB: Backend>(&self, conn: &mut HeldConn<DB>) -> Result<(), sqlx::Error> {
+        if let Some(unlock_all) = &self.sql.unlock_all {
+            execute::<DB>(&mut *conn, unlock_all, &Args::default()).await?;
+        }
+        Ok(())
+    }
 
     /// Reads rows `taken` again (whose keys `conn` now holds), those still claimable, their
     /// attempts counted, and gives back the keys of the others. A read that fails for a reason
@@ -110,15 +183,7 @@ impl AdvisoryForm {
         floor: Option<i64>,
         excluded: &[i64],
     ) -> Result<Vec<i64>, sqlx::Error> {
-        let args = Args {
-            now: Some(now),
-            group: self.checked.group.as_deref(),
-            limit: i64::try_from(want).unwrap_or(i64::MAX),
-            floor,
-            window: self.window,
-            excluded,
-            ..self.keys.args(0)
-        };
+        let args = self.lock_args(want, now, floor, excluded);
         match self.keys {
             Keys::InProcess { table } => {
                 // SQLite's keys are held in this process: list past the ones it holds.
@@ -160,6 +225,25 @@ impl AdvisoryForm {
                 conn.release_key(Key::Pending);
                 Ok(ids)
             }
+        }
+    }
+
+    /// The arguments of a statement that takes the keys of up to `want` rows.
+    fn lock_args<'a>(
+        &'a self,
+        want: usize,
+        now: DateTime<Utc>,
+        floor: Option<i64>,
+        excluded: &'a [i64],
+    ) -> Args<'a> {
+        Args {
+            now: Some(now),
+            group: self.checked.group.as_deref(),
+            limit: i64::try_from(want).unwrap_or(i64::MAX),
+            floor,
+            window: self.window,
+            excluded,
+            ..self.keys.args(0)
         }
     }
 
