@@ -162,9 +162,14 @@ pub(super) fn lock_take(lock: &Names, n: &Names, attempt: &str) -> Stmt {
     list(&mut w, "");
     w.push(") AS (UPDATE ").push(&n.table).push(" SET ");
     n.count_attempt(&mut w, attempt);
+    // `= ANY(ARRAY(..))`, not `IN (SELECT ..)`: the planner then estimates the rows updated
+    // alike whatever the limits bound, and keeps one generic plan for the prepared statement;
+    // with `IN` a generic plan looked 20 times dearer than one planned for `LIMIT 1`, so each
+    // execution was planned again (a claim of one row at one worker ran at 0.6x of the two
+    // statements it replaces, measured with pgbench).
     w.push(" WHERE ")
         .push(&n.id)
-        .push(" IN (SELECT sqlxq_id FROM sqlxq_keys) AND ");
+        .push(" = ANY(ARRAY(SELECT sqlxq_id FROM sqlxq_keys)) AND ");
     claimable(&mut w, n);
     w.push(" RETURNING ");
     as_i64(&mut w, &n.id);

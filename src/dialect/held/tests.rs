@@ -96,7 +96,7 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
          WHERE pg_try_advisory_lock(((CAST($3 AS BIGINT) << 32) | (CAST(c.sqlxq_id AS BIGINT) & \
          4294967295))) LIMIT $4), sqlxq_taken (sqlxq_id, sqlxq_1, sqlxq_2) AS (UPDATE \"jobs\" SET \
          \"attempt\" = CASE WHEN \"attempt\" < 9223372036854775807 THEN \"attempt\" + 1 ELSE \
-         \"attempt\" END WHERE \"id\" IN (SELECT sqlxq_id FROM sqlxq_keys) AND 1 = 1 RETURNING \
+         \"attempt\" END WHERE \"id\" = ANY(ARRAY(SELECT sqlxq_id FROM sqlxq_keys)) AND 1 = 1 RETURNING \
          CAST(\"id\" AS BIGINT), \"payload\", CAST(\"attempt\" AS BIGINT) - 1) SELECT k.sqlxq_id, \
          r.sqlxq_1, r.sqlxq_2, CASE WHEN r.sqlxq_id IS NOT NULL THEN CAST(0 AS BIGINT) WHEN \
          pg_advisory_unlock(((CAST($5 AS BIGINT) << 32) | (CAST(k.sqlxq_id AS BIGINT) & \
