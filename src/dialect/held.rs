@@ -40,8 +40,8 @@ pub(crate) struct RowLockSql {
 }
 
 /// The advisory lock form's statements. Each commits on its own, on the session holding the
-/// rows' keys. A claim is two statements (three on MySQL/MariaDB with an attempt column), a
-/// settlement two, for one row or many.
+/// rows' keys. A claim is two statements (three on MySQL/MariaDB with an attempt column; one on
+/// PostgreSQL with an attempt column, `lock_take`), a settlement two, for one row or many.
 #[derive(Debug, Clone)]
 pub(crate) struct AdvisorySql {
     /// Ids of claimable rows in claim order (SQLite, whose keys are held in the process).

@@ -1,7 +1,8 @@
 //! The advisory form's take and release: locking keys without waiting and reading their rows
 //! again, and unlocking them — the key handling, apart from the form's trait impl, which says
 //! when each runs. A take is two statements for one row or many (three on MySQL/MariaDB with an
-//! attempt column); a release is one.
+//! attempt column; one on PostgreSQL with an attempt column, on a session holding no key yet); a
+//! release is one.
 
 use chrono::{DateTime, Utc};
 
