@@ -79,16 +79,19 @@ fn statements(table: &str) -> Vec<String> {
     watched.swap_remove(i).1
 }
 
-/// Eight workers drain 200 rows whose handlers ack: every statement that deletes rows also
-/// releases their keys (`WITH d AS (DELETE ..) SELECT .. pg_advisory_unlock`, each key held by
-/// the statement's transaction until it commits), and no key is left. PostgreSQL only.
-pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb>() {
+/// Eight advisory workers with `handler` drain 200 rows of a table of their own with an attempt
+/// column, its statements watched: the context, the table and the statements naming it, or
+/// `None` off PostgreSQL (or without its server).
+async fn drain_watched<DB, H, F>(handler: H) -> Option<(Ctx<DB>, String, Vec<String>)>
+where
+    DB: TestDb,
+    H: Fn(Delivery<DB>) -> F + Send + Sync + Clone + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
     if DB::LABEL != "postgres" {
-        return;
+        return None;
     }
-    let Some(mut ctx) = Ctx::<DB>::new().await else {
-        return;
-    };
+    let mut ctx = Ctx::<DB>::new().await?;
     let t = ctx
         .table(Spec {
             attempt: true,
@@ -101,16 +104,11 @@ pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb
         .await
         .unwrap();
     watch(&t);
-    let delivered = Arc::new(Mutex::new(0_usize));
-    let counted = Arc::clone(&delivered);
     let queue = Queue::table(Table::new(&t))
         .advisory_lock()
         .workers(8)
         .attempt("attempt")
-        .handler(move |_: Delivery<DB>| {
-            *counted.lock().unwrap() += 1;
-            async { Outcome::ack() }
-        });
+        .handler(handler);
     let running = Runner::new(ctx.pool.clone())
         .poll_interval(Duration::from_millis(50))
         .mount(queue)
@@ -120,6 +118,22 @@ pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb
     ctx.wait_none(&t, "1 = 1", 60).await;
     running.shutdown().await.unwrap();
     let statements = statements(&t);
+    Some((ctx, t, statements))
+}
+
+/// Eight workers drain 200 rows whose handlers ack: every statement that deletes rows also
+/// releases their keys (`WITH d AS (DELETE ..) SELECT .. pg_advisory_unlock`, each key held by
+/// the statement's transaction until it commits), and no key is left. PostgreSQL only.
+pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb>() {
+    let delivered = Arc::new(Mutex::new(0_usize));
+    let counted = Arc::clone(&delivered);
+    let handler = move |_: Delivery<DB>| {
+        *counted.lock().unwrap() += 1;
+        async { Outcome::ack() }
+    };
+    let Some((ctx, t, statements)) = drain_watched(handler).await else {
+        return;
+    };
     let deletes: Vec<&String> = statements
         .iter()
         .filter(|s| s.starts_with("DELETE") || s.starts_with("WITH d AS (DELETE"))
@@ -149,43 +163,15 @@ pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb
 /// ..), sqlxq_taken AS (UPDATE ..)`), no claim runs the two statements apart, each row is
 /// delivered once at attempt 1, and no key is left. PostgreSQL only.
 pub(crate) async fn claims_take_keys_and_rows_in_one_statement<DB: TestDb>() {
-    if DB::LABEL != "postgres" {
-        return;
-    }
-    let Some(mut ctx) = Ctx::<DB>::new().await else {
-        return;
-    };
-    let t = ctx
-        .table(Spec {
-            attempt: true,
-            ..Spec::default()
-        })
-        .await;
-    let payloads: Vec<String> = (0..200).map(|i| format!("job {i}")).collect();
-    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
-        .await
-        .unwrap();
-    watch(&t);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorded = Arc::clone(&seen);
-    let queue = Queue::table(Table::new(&t))
-        .advisory_lock()
-        .workers(8)
-        .attempt("attempt")
-        .handler(move |d: Delivery<DB>| {
-            recorded.lock().unwrap().push((d.id(), d.attempt()));
-            async { Outcome::ack() }
-        });
-    let running = Runner::new(ctx.pool.clone())
-        .poll_interval(Duration::from_millis(50))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
-    ctx.wait_none(&t, "1 = 1", 60).await;
-    running.shutdown().await.unwrap();
-    let statements = statements(&t);
+    let handler = move |d: Delivery<DB>| {
+        recorded.lock().unwrap().push((d.id(), d.attempt()));
+        async { Outcome::ack() }
+    };
+    let Some((ctx, t, statements)) = drain_watched(handler).await else {
+        return;
+    };
     let claims = statements
         .iter()
         .filter(|s| s.contains("pg_try_advisory_lock("))
