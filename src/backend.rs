@@ -219,6 +219,25 @@ macro_rules! driver_common {
             rows
         }
 
+        async fn fetch_sets(
+            conn: &mut Self::Connection,
+            sql: String,
+        ) -> Result<Vec<Vec<Self::Row>>, sqlx::Error> {
+            use futures::TryStreamExt as _;
+            let _gate = Self::gate(conn).await;
+            let mut sets = Vec::new();
+            let mut rows = Vec::new();
+            let mut results = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_many(&mut *conn);
+            // A statement's rows, then its result.
+            while let Some(next) = results.try_next().await? {
+                match next {
+                    sqlx::Either::Left(_) => sets.push(std::mem::take(&mut rows)),
+                    sqlx::Either::Right(row) => rows.push(row),
+                }
+            }
+            Ok(sets)
+        }
+
         async fn fetch_transient(
             conn: &mut Self::Connection,
             query: Q<Self>,

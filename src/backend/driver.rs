@@ -62,6 +62,14 @@ pub trait Driver: sqlx::Database + sqlx::database::HasStatementCache {
         query: Q<Self>,
     ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send;
 
+    /// Runs several statements sent together as text, values in it (a
+    /// [`multi`](crate::dialect::Stmt::multi) statement, MySQL/MariaDB): each statement's rows,
+    /// in order. The server stops at the first that fails, whose error this is.
+    fn fetch_sets(
+        conn: &mut Self::Connection,
+        sql: String,
+    ) -> impl Future<Output = Result<Vec<Vec<Self::Row>>, sqlx::Error>> + Send;
+
     /// Runs a query returning at most one row, without keeping it prepared (a `SELECT *`,
     /// whose result changes with the table: PostgreSQL refuses a cached plan whose result
     /// type changed).

@@ -40,8 +40,9 @@ pub(crate) struct RowLockSql {
 }
 
 /// The advisory lock form's statements. Each commits on its own, on the session holding the
-/// rows' keys. A claim is two statements (three on MySQL/MariaDB with an attempt column; one on
-/// PostgreSQL with an attempt column, `lock_take`), a settlement two, for one row or many.
+/// rows' keys. A claim is two statements (three on MySQL/MariaDB with an attempt column, sent in
+/// two round trips, `take_count_many`; one on PostgreSQL with an attempt column, `lock_take`),
+/// an ack one round trip (`finish_unlock_many`), for one row or many.
 #[derive(Debug, Clone)]
 pub(crate) struct AdvisorySql {
     /// Ids of claimable rows in claim order (SQLite, whose keys are held in the process).
@@ -79,14 +80,22 @@ pub(crate) struct AdvisorySql {
     pub(crate) take_many: BySize,
     /// `count` of `2^k` rows (MySQL/MariaDB with an attempt column).
     pub(crate) count_many: Option<BySize>,
+    /// `take_many` and then the count of the attempts of the rows it read, sent together
+    /// ([`Stmt::multi`]; MySQL/MariaDB with an attempt column): the count's `UPDATE` finds the
+    /// same rows by the same condition and the same `now`, since no other session settles a
+    /// row whose key this one holds. Not for FIFO queues, whose condition reads the table in a
+    /// subquery, which MySQL refuses in an `UPDATE` of that table.
+    pub(crate) take_count_many: Option<BySize>,
     /// ack and drop.
     pub(crate) finish: Stmt,
     /// ack and drop of `2^k` rows.
     pub(crate) finish_many: BySize,
-    /// `finish_many` and the release of the rows' keys in one statement (PostgreSQL), each key
-    /// handed to the statement's transaction, which keeps it until the commit; returns the ids
-    /// whose key was held. MySQL/MariaDB have no lock of a transaction's: a lock released in the
-    /// statement would be free before the commit, and a claim could read the row still there.
+    /// `finish_many` and the release of the rows' keys in one round trip; returns the ids
+    /// whose key was held. PostgreSQL: one statement, each key handed to the statement's
+    /// transaction, which keeps it until the commit. MySQL/MariaDB have no lock of a
+    /// transaction's (a lock released in the statement would be free before the commit, and a
+    /// claim could read the row still there): two statements sent together ([`Stmt::multi`]),
+    /// the settlement committing before the release runs — outside a transaction only.
     pub(crate) finish_unlock_many: Option<BySize>,
     /// retry_after: `retry_after = at`; absent without the column.
     pub(crate) retry_after: Option<Stmt>,
@@ -358,8 +367,31 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             finish(w, n);
             by(w);
         }),
-        finish_unlock_many: (n.dialect == Dialect::Postgres)
-            .then(|| BySize::new(MAX_FINISH, |count| postgres::finish_unlock_many(n, count))),
+        take_count_many: match (n.dialect, &n.attempt, &n.fifo) {
+            (Dialect::MySql, Some(attempt), None) => Some(by_ids(n, |w, by| {
+                take(w, by);
+                w.then();
+                count(w, attempt, by);
+                w.push(" AND ");
+                claimable(w, n);
+            })),
+            _ => None,
+        },
+        finish_unlock_many: match n.dialect {
+            Dialect::Postgres => Some(BySize::new(MAX_FINISH, |count| {
+                postgres::finish_unlock_many(n, count)
+            })),
+            Dialect::MySql => Some(BySize::new(MAX_FINISH, |count| {
+                let mut w = n.writer();
+                finish(&mut w, n);
+                w.push(" WHERE ");
+                ids(&mut w, n, count);
+                w.then();
+                mysql::unlock_many_into(&mut w, count);
+                w.finish()
+            })),
+            Dialect::Sqlite => None,
+        },
         retry_after: retry_after_by_id(n, false),
         restore_attempt: n.attempt.as_deref().map(|attempt| {
             let mut w = n.writer();

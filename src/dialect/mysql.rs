@@ -114,14 +114,19 @@ fn id_union(w: &mut SqlWriter, count: u16, column: &str) {
 /// the ids whose lock was held.
 pub(super) fn unlock_many(count: u16) -> Stmt {
     let mut w = SqlWriter::new(Dialect::MySql);
+    unlock_many_into(&mut w, count);
+    w.finish()
+}
+
+/// [`unlock_many`]'s text, written on `w`.
+pub(super) fn unlock_many_into(w: &mut SqlWriter, count: u16) {
     w.push("SELECT CAST(d.k AS SIGNED) FROM (");
-    id_union(&mut w, count, "k");
+    id_union(w, count, "k");
     w.push(") AS d WHERE RELEASE_LOCK(");
-    lock_name(&mut w, |w| {
+    lock_name(w, |w| {
         w.push("d.k");
     });
     w.push(") = 1");
-    w.finish()
 }
 
 /// `(SELECT ? AS sqlxq_id UNION ..) AS sqlxq_ids STRAIGHT_JOIN <table> ON <id> = sqlxq_id` of

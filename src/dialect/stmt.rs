@@ -147,6 +147,11 @@ pub(crate) struct Stmt {
     /// Run unprepared, in a transaction (its own outside one): the statement's table is behind
     /// a transaction pooler, whose next transaction may run on another server session.
     pub(crate) unprepared: bool,
+    /// Several statements, `; ` between them (MySQL/MariaDB): sent in one round trip as text,
+    /// their values written into it ([`inlined`](Stmt::inlined)), never prepared.
+    pub(crate) multi: bool,
+    /// A multi statement's statements, each on its own (checked at start by preparing them).
+    parts: Box<[Stmt]>,
 }
 
 impl Stmt {
@@ -172,9 +177,78 @@ impl Stmt {
         self
     }
 
+    /// The statements it is made of: itself, or each of a [`multi`](Stmt::multi) statement's.
+    pub(crate) fn parts(&self) -> &[Stmt] {
+        match self.multi {
+            true => &self.parts,
+            false => std::slice::from_ref(self),
+        }
+    }
+
     /// Its placeholders' types.
     pub(crate) fn kinds(&self) -> Vec<ValueKind> {
         self.slots.iter().map(|slot| slot.kind()).collect()
+    }
+
+    /// Its text with the values of `args` in place of its placeholders, as MySQL/MariaDB
+    /// literals, for a [`multi`](Stmt::multi) statement: integers as numbers, text and bytes in
+    /// hexadecimal (nothing to escape, whatever the server's `sql_mode`), times as
+    /// `DATETIME(6)`. A `?` inside quotes is text, not a placeholder.
+    pub(crate) fn inlined(&self, args: &Args<'_>) -> String {
+        let mut out = String::with_capacity(self.sql.len() + 16 * self.slots.len());
+        let mut values = self.values(args);
+        let mut quote = None;
+        for c in self.sql.chars() {
+            match (quote, c) {
+                (None, '?') => match values.next() {
+                    Some(value) => push_literal(&mut out, value),
+                    None => out.push(c),
+                },
+                (None, '\'' | '"' | '`') => {
+                    quote = Some(c);
+                    out.push(c);
+                }
+                (Some(open), _) => {
+                    if c == open {
+                        quote = None;
+                    }
+                    out.push(c);
+                }
+                (None, _) => out.push(c),
+            }
+        }
+        debug_assert!(values.next().is_none(), "a value without its placeholder");
+        out
+    }
+}
+
+/// `value` as a MySQL/MariaDB literal (see [`Stmt::inlined`]).
+fn push_literal(out: &mut String, value: Value<'_>) {
+    use std::fmt::Write as _;
+    let hex = |out: &mut String, bytes: &[u8]| {
+        out.push_str("X'");
+        for byte in bytes {
+            let _ = write!(out, "{byte:02x}");
+        }
+        out.push('\'');
+    };
+    match value {
+        Value::I64(v) => {
+            let _ = write!(out, "{v}");
+        }
+        Value::Bytes(v) => hex(out, v),
+        Value::Text(Some(v)) => {
+            out.push_str("_utf8mb4 ");
+            hex(out, v.as_bytes());
+        }
+        Value::Time(Some(v)) => {
+            let _ = write!(
+                out,
+                "CAST('{}' AS DATETIME(6))",
+                v.format("%Y-%m-%d %H:%M:%S%.6f")
+            );
+        }
+        Value::Text(None) | Value::Time(None) => out.push_str("NULL"),
     }
 }
 
@@ -268,6 +342,10 @@ pub(crate) struct SqlWriter {
     sql: String,
     slots: Vec<Slot>,
     unprepared: bool,
+    /// The statements ended by [`then`](SqlWriter::then), and where the next one starts (text,
+    /// slots).
+    parts: Vec<Stmt>,
+    part_start: (usize, usize),
 }
 
 impl SqlWriter {
@@ -277,6 +355,8 @@ impl SqlWriter {
             sql: String::with_capacity(256),
             slots: Vec::new(),
             unprepared: false,
+            parts: Vec::new(),
+            part_start: (0, 0),
         }
     }
 
@@ -326,6 +406,28 @@ impl SqlWriter {
         self
     }
 
+    /// Ends a statement and starts the next, sent together ([`Stmt::multi`]; MySQL/MariaDB).
+    pub(crate) fn then(&mut self) -> &mut Self {
+        debug_assert_eq!(self.dialect, Dialect::MySql);
+        let part = self.part();
+        self.parts.push(part);
+        self.sql.push_str("; ");
+        self.part_start = (self.sql.len(), self.slots.len());
+        self
+    }
+
+    /// The statement written since the last [`then`](SqlWriter::then).
+    fn part(&self) -> Stmt {
+        let (text, slots) = self.part_start;
+        Stmt {
+            sql: self.sql[text..].into(),
+            slots: self.slots[slots..].into(),
+            unprepared: self.unprepared,
+            multi: false,
+            parts: Box::default(),
+        }
+    }
+
     /// Appends another writer's text and placeholders (numbered on from this one's).
     pub(crate) fn append(&mut self, other: SqlWriter) -> &mut Self {
         debug_assert!(self.slots.is_empty() || self.dialect != Dialect::Postgres);
@@ -334,11 +436,17 @@ impl SqlWriter {
         self
     }
 
-    pub(crate) fn finish(self) -> Stmt {
+    pub(crate) fn finish(mut self) -> Stmt {
+        if !self.parts.is_empty() {
+            let last = self.part();
+            self.parts.push(last);
+        }
         Stmt {
             sql: self.sql.into(),
             slots: self.slots.into(),
             unprepared: self.unprepared,
+            multi: !self.parts.is_empty(),
+            parts: self.parts.into(),
         }
     }
 }
@@ -364,6 +472,51 @@ mod tests {
         assert_eq!(stmt.text(), "a = ? AND b = ?");
         assert_eq!(&*stmt.slots, &[Slot::Id, Slot::Token]);
         assert_eq!(stmt.kinds(), [ValueKind::I64, ValueKind::Time]);
+    }
+
+    #[test]
+    fn a_multi_statement_carries_its_values_as_literals() {
+        let mut w = SqlWriter::new(Dialect::MySql);
+        w.push("SELECT a FROM `t?` WHERE a IN (")
+            .param(Slot::IdAt(0))
+            .push(", ")
+            .param(Slot::IdAt(1))
+            .push(") AND b = '?' AND c <= ")
+            .param(Slot::Now)
+            .then()
+            .push("DELETE FROM t WHERE g = ")
+            .param(Slot::Group)
+            .push(" AND p = ")
+            .param(Slot::Payload)
+            .push(" AND h = ")
+            .param(Slot::Headers)
+            .push(" AND f >= ")
+            .param(Slot::Floor);
+        let stmt = w.finish();
+        assert!(stmt.multi);
+        let parts: Vec<&str> = stmt.parts().iter().map(Stmt::text).collect();
+        assert_eq!(
+            parts,
+            [
+                "SELECT a FROM `t?` WHERE a IN (?, ?) AND b = '?' AND c <= ?",
+                "DELETE FROM t WHERE g = ? AND p = ? AND h = ? AND f >= ?"
+            ]
+        );
+        assert_eq!(stmt.parts()[1].slots[0], Slot::Group);
+        let now = DateTime::parse_from_rfc3339("2026-12-03T08:01:02.000304Z").unwrap();
+        let args = Args {
+            ids: &[7, -9],
+            now: Some(now.to_utc()),
+            group: Some("é'x"),
+            payload: &[0, 255],
+            ..Args::default()
+        };
+        assert_eq!(
+            stmt.inlined(&args),
+            "SELECT a FROM `t?` WHERE a IN (7, -9) AND b = '?' AND c <= \
+             CAST('2026-12-03 08:01:02.000304' AS DATETIME(6)); DELETE FROM t WHERE \
+             g = _utf8mb4 X'c3a92778' AND p = X'00ff' AND h = NULL AND f >= -9223372036854775808"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::dialect::{Args, Stmt};
 /// transaction of its own outside one (a transaction pooler's session is the connection's for
 /// one transaction only).
 fn query<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> Q<DB> {
+    debug_assert!(!stmt.multi, "several statements run by `fetch_sets`");
     backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
 }
 
@@ -31,6 +32,17 @@ pub(crate) async fn fetch_all<DB: Backend>(
     args: &Args<'_>,
 ) -> Result<Vec<DB::Row>, sqlx::Error> {
     DB::fetch_all(conn, query::<DB>(stmt, args)).await
+}
+
+/// Runs the [`multi`](Stmt::multi) statement `stmt` with `args` written into its text, in one
+/// round trip: each statement's rows, in order.
+pub(crate) async fn fetch_sets<DB: Backend>(
+    conn: &mut DB::Connection,
+    stmt: &Stmt,
+    args: &Args<'_>,
+) -> Result<Vec<Vec<DB::Row>>, sqlx::Error> {
+    debug_assert!(stmt.multi);
+    DB::fetch_sets(conn, stmt.inlined(args)).await
 }
 
 /// Runs `stmt` with `args` on `conn`, reading its first column as integers.

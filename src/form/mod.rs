@@ -40,7 +40,8 @@ use crate::error::{Error, Result};
 pub(crate) use catalog::Identity;
 pub(crate) use conns::Conns;
 pub(crate) use exec::{
-    execute, fetch_all, fetch_claimed, fetch_i64, fetch_i64s, fetch_row, in_transaction, on_conn,
+    execute, fetch_all, fetch_claimed, fetch_i64, fetch_i64s, fetch_row, fetch_sets,
+    in_transaction, on_conn,
 };
 pub(crate) use held::Held;
 #[cfg(feature = "metrics")]

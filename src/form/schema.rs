@@ -272,7 +272,7 @@ pub(crate) async fn prepare_all<DB: Backend>(
     config: &QueueConfig,
     statements: &[&Stmt],
 ) -> Result<()> {
-    for stmt in statements {
+    for stmt in statements.iter().flat_map(|stmt| stmt.parts()) {
         DB::prepare(conn, stmt.sql(), &stmt.kinds(), stmt.unprepared)
             .await
             .map_err(|source| {

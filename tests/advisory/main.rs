@@ -9,9 +9,11 @@
 //! sessions): each row delivered once across two runners of 8 workers and no key left after;
 //! retries, drops and dead letters among the grouped acks of a session settle each as it should;
 //! a session the server ends frees its rows to another runner, and its acks settle none of them;
-//! and (`statements.rs`, PostgreSQL) an ack's settlement releases the key in the statement that
-//! deletes the row, a claim takes its keys and reads its rows in one statement, and a row deleted
-//! while that statement waits for it is passed over, its key released. Beside them (`batches.rs`), queues of batches of every form, whose workers
+//! and (`statements.rs`) an ack's settlement releases the key in the statement that deletes the
+//! row (PostgreSQL; MySQL/MariaDB: in the same round trip), a claim takes its keys and reads its
+//! rows in one statement (PostgreSQL; MySQL/MariaDB read and count in one round trip), a queue
+//! whose name the statements carry as text claims its own group's rows only, and a row deleted
+//! while the claim waits for it is passed over, its key released (PostgreSQL). Beside them (`batches.rs`), queues of batches of every form, whose workers
 //! each claim on their own: each row once across two runners, and an idle queue woken.
 
 #[allow(
@@ -44,6 +46,10 @@ macro_rules! per_database {
                     statements::acks_release_their_keys_in_the_settling_statement,
                 claims_take_keys_and_rows_in_one_statement =>
                     statements::claims_take_keys_and_rows_in_one_statement,
+                claims_read_and_count_their_rows_in_one_round_trip =>
+                    statements::claims_read_and_count_their_rows_in_one_round_trip,
+                a_group_name_written_into_the_statements_claims_its_rows_only =>
+                    statements::a_group_name_written_into_the_statements_claims_its_rows_only,
                 a_row_deleted_during_the_claim_is_passed_over_and_its_key_released =>
                     statements::a_row_deleted_during_the_claim_is_passed_over_and_its_key_released,
             );

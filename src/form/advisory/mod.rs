@@ -233,6 +233,7 @@ impl AdvisoryForm {
         statements.extend(sql.unlock_many.iter().flatten());
         statements.extend(sql.finish_unlock_many.iter().flatten());
         statements.extend(sql.count_many.iter().flatten());
+        statements.extend(sql.take_count_many.iter().flatten());
         statements.extend(sql.restore_attempt.iter());
         super::schema::prepare_all::<DB>(conn, config, &statements).await?;
         Ok(AdvisoryForm {
@@ -290,7 +291,7 @@ impl AdvisoryForm {
                 Some(stmt)
                     if std::ptr::eq(stmt, &self.sql.finish)
                         && conn.depth() == 0
-                        && self.sql.finish_unlock_many.is_some() =>
+                        && self.finishes_unlocking(conn) =>
                 {
                     return match self.finish_unlock::<DB>(conn, &[id]).await {
                         Ok(lost) if lost.is_empty() => Ok(()),

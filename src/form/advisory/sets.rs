@@ -1,14 +1,15 @@
 //! The advisory form's settlement of many rows on the session holding their keys (a batch, or
-//! the grouped acks of a claim's rows): acks and drops with one statement that also releases
-//! their keys where the database allows it (`finish_unlock_many`, PostgreSQL), else with one
-//! statement and one release; retries with the release alone; every other outcome row by row.
+//! the grouped acks of a claim's rows): acks and drops with one round trip that also releases
+//! their keys where the database allows it (`finish_unlock_many`: PostgreSQL; MySQL/MariaDB
+//! outside a transaction), else with one statement and one release; retries with the release
+//! alone; every other outcome row by row.
 
 use super::AdvisoryForm;
 use crate::backend::{Backend, HeldConn, Key};
 use crate::delivery::{Outcome, Settle};
 use crate::dialect::{Args, MAX_FINISH};
 use crate::error::Result;
-use crate::form::{execute, fetch_i64s, no_dead_letter};
+use crate::form::{execute, fetch_i64s, fetch_sets, no_dead_letter};
 
 impl AdvisoryForm {
     /// Settles a batch on the session holding its keys: acks and drops with one statement (row
@@ -40,14 +41,14 @@ impl AdvisoryForm {
         let mut failed = Vec::new();
         for chunk in finish.chunks(MAX_FINISH) {
             let ids: Vec<i64> = chunk.iter().map(|(_, id)| *id).collect();
-            let settled = match &self.sql.finish_unlock_many {
-                Some(_) => self.finish_unlock::<DB>(conn, &ids).await.map(|lost| {
+            let settled = match self.finishes_unlocking(conn) {
+                true => self.finish_unlock::<DB>(conn, &ids).await.map(|lost| {
                     for &(i, id) in chunk {
                         let lost = lost.contains(&id).then(|| self.key_lost(id));
                         results[i] = Some(lost.map_or(Ok(()), Err));
                     }
                 }),
-                None => self.finish::<DB>(conn, &ids).await.map(|()| {
+                false => self.finish::<DB>(conn, &ids).await.map(|()| {
                     unlock_only.extend_from_slice(chunk);
                 }),
             };
@@ -91,11 +92,22 @@ impl AdvisoryForm {
         Ok(())
     }
 
-    /// Acks and drops rows `ids` (at most [`MAX_FINISH`]) and releases their keys, with one
-    /// statement (`finish_unlock_many`, PostgreSQL): the ids whose key was not held (lost with a
-    /// session the server ended; their rows are settled all the same, as by a `DELETE` and an
-    /// unlock), or the statement's error, which leaves every key held (they are released once
-    /// the rows are settled).
+    /// Whether acks release their keys in the same round trip (`finish_unlock_many`):
+    /// PostgreSQL's one statement anywhere, MySQL/MariaDB's two outside a transaction only (the
+    /// release must follow the settlement's commit).
+    pub(super) fn finishes_unlocking<DB: Backend>(&self, conn: &HeldConn<DB>) -> bool {
+        let Some(stmt) = &self.sql.finish_unlock_many else {
+            return false;
+        };
+        conn.depth() == 0 || !stmt.for_len(1).multi
+    }
+
+    /// Acks and drops rows `ids` (at most [`MAX_FINISH`]) and releases their keys in one round
+    /// trip (`finish_unlock_many`; see [`finishes_unlocking`](Self::finishes_unlocking)): the
+    /// ids whose key was not held (lost with a session the server ended; their rows are
+    /// settled all the same, as by a `DELETE` and an unlock), or the error, which leaves every
+    /// key held (they are released once the rows are settled; on MySQL/MariaDB the settlement
+    /// may have committed).
     pub(super) async fn finish_unlock<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
@@ -109,7 +121,18 @@ impl AdvisoryForm {
             now: Some(self.checked.clock.now()),
             ..self.keys.args(0)
         };
-        let released = fetch_i64s::<DB>(conn, stmt.for_len(ids.len()), &args).await?;
+        let stmt = stmt.for_len(ids.len());
+        let released = match stmt.multi {
+            // The settlement's result, then the release's ids.
+            true => {
+                let sets = fetch_sets::<DB>(conn, stmt, &args).await?;
+                let rows = sets.get(1).map(Vec::as_slice).unwrap_or_default();
+                rows.iter()
+                    .map(|row| DB::get_i64(row, 0))
+                    .collect::<Result<Vec<i64>, _>>()?
+            }
+            false => fetch_i64s::<DB>(conn, stmt, &args).await?,
+        };
         let mut lost = Vec::new();
         for &id in ids {
             if released.contains(&id) {

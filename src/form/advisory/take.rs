@@ -1,8 +1,8 @@
 //! The advisory form's take and release: locking keys without waiting and reading their rows
 //! again, and unlocking them — the key handling, apart from the form's trait impl, which says
 //! when each runs. A take is two statements for one row or many (three on MySQL/MariaDB with an
-//! attempt column; one on PostgreSQL with an attempt column, on a session holding no key yet); a
-//! release is one.
+//! attempt column, the last two sent together; one on PostgreSQL with an attempt column, on a
+//! session holding no key yet); a release is one.
 
 use chrono::{DateTime, Utc};
 
@@ -11,7 +11,9 @@ use super::keys::Keys;
 use crate::backend::{Backend, ClaimedRow, HeldConn, Key, claimed_row, in_process, is_row_error};
 use crate::dialect::{Args, MAX_EXCLUDED, MAX_FINISH, Stmt};
 use crate::error::{Error, Result};
-use crate::form::{ClaimFailed, execute, fetch_all, fetch_claimed, fetch_i64, fetch_i64s};
+use crate::form::{
+    ClaimFailed, execute, fetch_all, fetch_claimed, fetch_i64, fetch_i64s, fetch_sets,
+};
 
 impl AdvisoryForm {
     /// Takes up to `want` rows on `conn`, which then holds their keys: their keys first, without
@@ -263,6 +265,15 @@ impl AdvisoryForm {
             ..Args::default()
         };
         let columns = self.checked.columns;
+        if let Some(take_count) = &self.sql.take_count_many {
+            // Read and counted in one round trip.
+            let sets = fetch_sets::<DB>(conn, take_count.for_len(ids.len()), &args).await?;
+            let read = sets.first().map(Vec::as_slice).unwrap_or_default();
+            return read
+                .iter()
+                .map(|row| claimed_row::<DB>(row, columns, sqlx::Row::len(row)))
+                .collect();
+        }
         let take = self.sql.take_many.for_len(ids.len());
         let rows = fetch_claimed::<DB>(&mut *conn, take, &args, columns).await?;
         if let (false, Some(count)) = (rows.is_empty(), &self.sql.count_many) {
