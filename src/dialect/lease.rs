@@ -35,6 +35,11 @@ pub(crate) struct LeaseSql {
     /// Acknowledgements of many rows in one statement, each guarded by its own token;
     /// one statement per number of `(id, token)` pairs.
     pub(crate) finish_many: FinishMany,
+    /// `finish_many` of rows that carry one token (a batch, or the rows of one claim): `id IN
+    /// (..) AND lease = ?`, which SQLite runs for a fraction of the pairs' cost, with one token
+    /// bound for all. PostgreSQL and SQLite: MariaDB plans a locking `id IN (..)` on a small
+    /// table as a scan.
+    pub(crate) finish_one_token: Option<BySize>,
 }
 
 /// How many acknowledgements one statement settles at most.
@@ -75,6 +80,7 @@ impl LeaseSql {
                 all.extend(held.iter().chain(finish.iter()));
             }
         }
+        all.extend(self.finish_one_token.iter().flatten());
         all.extend(self.retry_after.as_ref());
         all.extend(self.release_unstarted.as_ref());
         all
@@ -251,6 +257,18 @@ pub(super) fn lease(
         finish,
         confirm,
         finish_many: finish_many(n, lease),
+        finish_one_token: (n.dialect != Dialect::MySql).then(|| {
+            BySize::new(MAX_FINISH, |count| {
+                let mut w = n.writer();
+                super::common::finish(&mut w, n);
+                w.push(" WHERE ");
+                ids(&mut w, n, count);
+                w.push(" AND ").push(lease).push(" = ").param(Slot::Token);
+                w.push(" RETURNING ");
+                as_i64(&mut w, &n.id);
+                w.finish()
+            })
+        }),
     }
 }
 
@@ -296,6 +314,11 @@ mod tests {
             panic!("PostgreSQL returns the settled ids");
         };
         assert_eq!(statements.iter().count(), 7, "1, 2, 4, .. 64 rows");
+        let sql = render_lease(&n, n.lease.as_deref().unwrap(), 8);
+        assert_eq!(
+            sql.finish_one_token.unwrap().for_len(2).text(),
+            r#"DELETE FROM "jobs" WHERE "id" IN ($1, $2) AND "locked_until" = $3 RETURNING CAST("id" AS BIGINT)"#
+        );
         assert_eq!(
             statements.for_len(2).text(),
             r#"DELETE FROM "jobs" WHERE ("id", "locked_until") IN (($1, $2), ($3, $4)) RETURNING CAST("id" AS BIGINT)"#

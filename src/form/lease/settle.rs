@@ -65,20 +65,36 @@ impl LeaseForm {
             now,
             ..Args::default()
         };
-        let settled = on_conn(conns, async |conn| match &self.sql.finish_many {
-            FinishMany::Returning(statements) => {
-                fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await
+        // The rows of one claim carry one token: bound once.
+        let one_token = match (&self.sql.finish_one_token, &tokens[..]) {
+            (Some(statements), [first, rest @ ..]) if rest.iter().all(|t| t == first) => {
+                Some((statements, *first))
             }
-            FinishMany::LockThenFinish { held, finish } => {
-                in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
-                    let held = fetch_i64s::<DB>(tx, held.for_len(ids.len()), &args).await?;
-                    if !held.is_empty() {
-                        let args = Args { ids: &held, ..args };
-                        execute::<DB>(tx, finish.for_len(held.len()), &args).await?;
-                    }
-                    Ok(held)
-                })
-                .await
+            _ => None,
+        };
+        let settled = on_conn(conns, async |conn| {
+            match (&self.sql.finish_many, one_token) {
+                (_, Some((statements, token))) => {
+                    let args = Args {
+                        token: Some(token),
+                        ..args
+                    };
+                    fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await
+                }
+                (FinishMany::Returning(statements), None) => {
+                    fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await
+                }
+                (FinishMany::LockThenFinish { held, finish }, None) => {
+                    in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
+                        let held = fetch_i64s::<DB>(tx, held.for_len(ids.len()), &args).await?;
+                        if !held.is_empty() {
+                            let args = Args { ids: &held, ..args };
+                            execute::<DB>(tx, finish.for_len(held.len()), &args).await?;
+                        }
+                        Ok(held)
+                    })
+                    .await
+                }
             }
         })
         .await?;
