@@ -111,8 +111,19 @@ fn guarded(w: &mut SqlWriter, n: &Names, lease: &str) {
         .param(Slot::Token);
 }
 
-/// `(id, lease) IN ((?, ?), ..)` of `count` pairs.
+/// `(id, lease) IN ((?, ?), ..)` of `count` pairs; one pair as `id = ? AND lease = ?`, which
+/// MariaDB 10.11 reads through the primary key where it plans `IN ((?, ?))` as a scan.
 fn pairs(w: &mut SqlWriter, n: &Names, lease: &str, count: u16) {
+    if count == 1 {
+        w.push(&n.id)
+            .push(" = ")
+            .param(Slot::IdAt(0))
+            .push(" AND ")
+            .push(lease)
+            .push(" = ")
+            .param(Slot::TokenAt(0));
+        return;
+    }
     w.push("(")
         .push(&n.id)
         .push(", ")
@@ -331,8 +342,13 @@ mod tests {
         };
         assert_eq!(
             held.for_len(1).text(),
-            "SELECT CAST(`id` AS SIGNED) FROM `jobs` WHERE (`id`, `locked_until`) IN ((?, ?)) \
+            "SELECT CAST(`id` AS SIGNED) FROM `jobs` WHERE `id` = ? AND `locked_until` = ? \
              FOR UPDATE"
+        );
+        assert_eq!(
+            held.for_len(2).text(),
+            "SELECT CAST(`id` AS SIGNED) FROM `jobs` WHERE (`id`, `locked_until`) IN ((?, ?), \
+             (?, ?)) FOR UPDATE"
         );
         assert_eq!(
             finish.for_len(2).text(),
