@@ -156,7 +156,7 @@ pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb
         statements.len()
     ));
     assert_eq!(*delivered.lock().unwrap(), 200);
-    assert_eq!(keys::held_up_to(&ctx, &t, 200).await, 0, "no key left");
+    assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }
 
@@ -267,7 +267,7 @@ pub(crate) async fn claims_read_and_count_their_rows_in_one_round_trip<DB: TestD
     seen.sort_unstable();
     seen.dedup();
     assert_eq!(seen.len(), 200, "each row delivered once");
-    assert_eq!(keys::held_up_to(&ctx, &t, 200).await, 0, "no key left");
+    assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }
 
@@ -332,7 +332,7 @@ pub(crate) async fn a_group_name_written_into_the_statements_claims_its_rows_onl
         20,
         "the other group's rows untouched"
     );
-    assert_eq!(keys::held_up_to(&ctx, &t, 40).await, 0, "no key left");
+    assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }
 

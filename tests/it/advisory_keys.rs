@@ -30,7 +30,7 @@ fn fnv1a_32(text: &str) -> u32 {
     })
 }
 
-/// How many keys of table `t`'s rows some session holds.
+/// How many keys of table `t`'s rows, deleted ones among them, some session holds.
 async fn keys_held<DB: TestDb>(ctx: &Ctx<DB>, t: &str) -> i64 {
     let sql = match DB::LABEL {
         "postgres" => format!(
@@ -38,8 +38,11 @@ async fn keys_held<DB: TestDb>(ctx: &Ctx<DB>, t: &str) -> i64 {
              AND objsubid = 1 AND classid::bigint = {}",
             fnv1a_32(t)
         ),
+        // Every id the table gave out, its deleted rows' too.
         _ => format!(
-            "SELECT COUNT(*) FROM {t} \
+            "WITH RECURSIVE n (id) AS (SELECT 1 UNION ALL SELECT id + 1 FROM n WHERE id < \
+             (SELECT AUTO_INCREMENT - 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = \
+             DATABASE() AND TABLE_NAME = '{t}')) SELECT COUNT(*) FROM n \
              WHERE IS_USED_LOCK(CONCAT(DATABASE(), '.', '{t}', ':', id)) IS NOT NULL"
         ),
     };
