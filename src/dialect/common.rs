@@ -173,6 +173,13 @@ pub(super) fn finish(w: &mut SqlWriter, n: &Names) {
     }
 }
 
+/// [`finish`] of `count` rows by id: `.. WHERE id IN (..)`.
+pub(super) fn finish_ids(w: &mut SqlWriter, n: &Names, count: u16) {
+    finish(w, n);
+    w.push(" WHERE ");
+    ids(w, n, count);
+}
+
 /// ` SET processed_at = now[, lease = NULL][, unique key = NULL]` of a finish that marks rather than deletes.
 pub(super) fn mark_processed(w: &mut SqlWriter, n: &Names, processed_at: &str) {
     w.push(" SET ")

@@ -1,7 +1,7 @@
 //! Statements of the forms that hold a connection per delivery: row lock and advisory lock.
 
 use super::MAX_FINISH;
-use super::common::{as_i64, claimable, finish, ids, order, read_created};
+use super::common::{as_i64, claimable, finish, finish_ids, ids, order, read_created};
 use super::{BySize, Dialect, Names, Slot, SqlWriter, Stmt, mysql, postgres};
 
 /// The row lock form's statements. Each runs in the claim's transaction; its commit is the
@@ -383,9 +383,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             })),
             Dialect::MySql => Some(BySize::new(MAX_FINISH, |count| {
                 let mut w = n.writer();
-                finish(&mut w, n);
-                w.push(" WHERE ");
-                ids(&mut w, n, count);
+                finish_ids(&mut w, n, count);
                 w.then();
                 mysql::unlock_many_into(&mut w, count);
                 w.finish()

@@ -2,7 +2,7 @@
 //! (each database's claim is its own, in its file): extend, release, settle, and many
 //! acknowledgements in one statement, every one guarded by the row's token.
 
-use super::common::{as_i64, finish, ids};
+use super::common::{as_i64, finish, finish_ids};
 use super::{BySize, Claim, Dialect, Names, Slot, SqlWriter, Stmt};
 
 /// The lease form's statements.
@@ -168,9 +168,7 @@ fn finish_many(n: &Names, lease: &str) -> FinishMany {
         }),
         finish: BySize::new(MAX_FINISH, |count| {
             let mut w = n.writer();
-            finish(&mut w, n);
-            w.push(" WHERE ");
-            ids(&mut w, n, count);
+            finish_ids(&mut w, n, count);
             w.finish()
         }),
     }
@@ -271,9 +269,7 @@ pub(super) fn lease(
         finish_one_token: (n.dialect != Dialect::MySql).then(|| {
             BySize::new(MAX_FINISH, |count| {
                 let mut w = n.writer();
-                super::common::finish(&mut w, n);
-                w.push(" WHERE ");
-                ids(&mut w, n, count);
+                finish_ids(&mut w, n, count);
                 w.push(" AND ").push(lease).push(" = ").param(Slot::Token);
                 w.push(" RETURNING ");
                 as_i64(&mut w, &n.id);

@@ -1,6 +1,6 @@
 //! PostgreSQL statement text.
 
-use super::common::{as_i64, claimable, finish, ids, order, read_created};
+use super::common::{as_i64, claimable, finish_ids, order, read_created};
 use super::lease::lease_set;
 use super::{Claim, Kind, Names, Slot, SqlWriter, Stmt};
 
@@ -213,9 +213,7 @@ pub(super) fn unlock_all() -> Stmt {
 pub(super) fn finish_unlock_many(n: &Names, count: u16) -> Stmt {
     let mut w = n.writer();
     w.push("WITH d AS (");
-    finish(&mut w, n);
-    w.push(" WHERE ");
-    ids(&mut w, n, count);
+    finish_ids(&mut w, n, count);
     w.push(" RETURNING 1) SELECT v.k FROM (SELECT DISTINCT v.k FROM (VALUES ");
     for i in 0..count {
         if i > 0 {

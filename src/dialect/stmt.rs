@@ -147,10 +147,8 @@ pub(crate) struct Stmt {
     /// Run unprepared, in a transaction (its own outside one): the statement's table is behind
     /// a transaction pooler, whose next transaction may run on another server session.
     pub(crate) unprepared: bool,
-    /// Several statements, `; ` between them (MySQL/MariaDB): sent in one round trip as text,
-    /// their values written into it ([`inlined`](Stmt::inlined)), never prepared.
-    pub(crate) multi: bool,
-    /// A multi statement's statements, each on its own (checked at start by preparing them).
+    /// The statements of a [`multi`](Stmt::multi) statement, each on its own (checked at start
+    /// by preparing them); empty for one statement.
     parts: Box<[Stmt]>,
 }
 
@@ -177,9 +175,15 @@ impl Stmt {
         self
     }
 
+    /// Several statements, `; ` between them (MySQL/MariaDB): sent in one round trip as text,
+    /// their values written into it ([`inlined`](Stmt::inlined)), never prepared.
+    pub(crate) fn multi(&self) -> bool {
+        !self.parts.is_empty()
+    }
+
     /// The statements it is made of: itself, or each of a [`multi`](Stmt::multi) statement's.
     pub(crate) fn parts(&self) -> &[Stmt] {
-        match self.multi {
+        match self.multi() {
             true => &self.parts,
             false => std::slice::from_ref(self),
         }
@@ -423,7 +427,6 @@ impl SqlWriter {
             sql: self.sql[text..].into(),
             slots: self.slots[slots..].into(),
             unprepared: self.unprepared,
-            multi: false,
             parts: Box::default(),
         }
     }
@@ -445,7 +448,6 @@ impl SqlWriter {
             sql: self.sql.into(),
             slots: self.slots.into(),
             unprepared: self.unprepared,
-            multi: !self.parts.is_empty(),
             parts: self.parts.into(),
         }
     }
@@ -493,7 +495,7 @@ mod tests {
             .push(" AND f >= ")
             .param(Slot::Floor);
         let stmt = w.finish();
-        assert!(stmt.multi);
+        assert!(stmt.multi());
         let parts: Vec<&str> = stmt.parts().iter().map(Stmt::text).collect();
         assert_eq!(
             parts,

@@ -12,7 +12,7 @@ use crate::dialect::{Args, Stmt};
 /// transaction of its own outside one (a transaction pooler's session is the connection's for
 /// one transaction only).
 fn query<DB: Backend>(stmt: &Stmt, args: &Args<'_>) -> Q<DB> {
-    debug_assert!(!stmt.multi, "several statements run by `fetch_sets`");
+    debug_assert!(!stmt.multi(), "several statements run by `fetch_sets`");
     backend::query::<DB>(stmt.sql(), stmt.values(args)).persistent(!stmt.unprepared)
 }
 
@@ -41,7 +41,7 @@ pub(crate) async fn fetch_sets<DB: Backend>(
     stmt: &Stmt,
     args: &Args<'_>,
 ) -> Result<Vec<Vec<DB::Row>>, sqlx::Error> {
-    debug_assert!(stmt.multi);
+    debug_assert!(stmt.multi());
     DB::fetch_sets(conn, stmt.inlined(args)).await
 }
 

@@ -122,6 +122,29 @@ where
     Some((ctx, t, statements))
 }
 
+/// [`drain_watched`] with handlers that ack and record each delivery's `(id, attempt)`: also
+/// what they recorded.
+async fn drain_recording_attempts<DB: TestDb>()
+-> Option<(Ctx<DB>, String, Vec<String>, Vec<(i64, u32)>)> {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seen);
+    let handler = move |d: Delivery<DB>| {
+        recorded.lock().unwrap().push((d.id(), d.attempt()));
+        async { Outcome::ack() }
+    };
+    let (ctx, t, statements) = drain_watched(handler).await?;
+    let seen = seen.lock().unwrap().clone();
+    Some((ctx, t, statements, seen))
+}
+
+/// Each of the 200 rows was delivered once, at attempt 1.
+fn each_once_at_attempt_one(mut seen: Vec<(i64, u32)>) {
+    assert!(seen.iter().all(|(_, attempt)| *attempt == 1), "{seen:?}");
+    seen.sort_unstable();
+    seen.dedup();
+    assert_eq!(seen.len(), 200, "each row delivered once");
+}
+
 /// Eight workers drain 200 rows whose handlers ack: every statement that deletes rows also
 /// releases their keys (PostgreSQL: `WITH d AS (DELETE ..) SELECT .. pg_advisory_unlock`, each
 /// key held by the statement's transaction until it commits; MySQL/MariaDB: `DELETE ..; SELECT
@@ -168,13 +191,7 @@ pub(crate) async fn claims_take_keys_and_rows_in_one_statement<DB: TestDb>() {
     if DB::LABEL != "postgres" {
         return;
     }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let recorded = Arc::clone(&seen);
-    let handler = move |d: Delivery<DB>| {
-        recorded.lock().unwrap().push((d.id(), d.attempt()));
-        async { Outcome::ack() }
-    };
-    let Some((ctx, t, statements)) = drain_watched(handler).await else {
+    let Some((ctx, t, statements, seen)) = drain_recording_attempts::<DB>().await else {
         return;
     };
     let claims = statements
@@ -210,11 +227,7 @@ pub(crate) async fn claims_take_keys_and_rows_in_one_statement<DB: TestDb>() {
         rereads <= refills,
         "{rereads} rows read apart from their keys, {refills} refills"
     );
-    let mut seen = seen.lock().unwrap().clone();
-    assert!(seen.iter().all(|(_, attempt)| *attempt == 1), "{seen:?}");
-    seen.sort_unstable();
-    seen.dedup();
-    assert_eq!(seen.len(), 200, "each row delivered once");
+    each_once_at_attempt_one(seen);
     assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }
@@ -227,13 +240,7 @@ pub(crate) async fn claims_read_and_count_their_rows_in_one_round_trip<DB: TestD
     if DB::LABEL != "mysql" {
         return;
     }
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let recorded = Arc::clone(&seen);
-    let handler = move |d: Delivery<DB>| {
-        recorded.lock().unwrap().push((d.id(), d.attempt()));
-        async { Outcome::ack() }
-    };
-    let Some((ctx, t, statements)) = drain_watched(handler).await else {
+    let Some((ctx, t, statements, seen)) = drain_recording_attempts::<DB>().await else {
         return;
     };
     let keys = statements
@@ -262,11 +269,7 @@ pub(crate) async fn claims_read_and_count_their_rows_in_one_round_trip<DB: TestD
     );
     assert!(together <= keys, "{together} re-reads for {keys} claims");
     assert!(apart.is_empty(), "attempts counted apart: {apart:?}");
-    let mut seen = seen.lock().unwrap().clone();
-    assert!(seen.iter().all(|(_, attempt)| *attempt == 1), "{seen:?}");
-    seen.sort_unstable();
-    seen.dedup();
-    assert_eq!(seen.len(), 200, "each row delivered once");
+    each_once_at_attempt_one(seen);
     assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }

@@ -139,7 +139,7 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
     );
     // Acks: the DELETE commits, then the keys are released, in one round trip.
     let finish_unlock = sql.finish_unlock_many.as_ref().unwrap().for_len(2);
-    assert!(finish_unlock.multi);
+    assert!(finish_unlock.multi());
     assert!(
         finish_unlock.text().starts_with(
             "DELETE FROM `jobs` WHERE `id` IN (?, ?); SELECT CAST(d.k AS SIGNED) FROM (SELECT \
@@ -150,7 +150,7 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
     );
     // The re-read, then the count of the rows it read, found again by the same condition.
     let take_count = sql.take_count_many.as_ref().unwrap().for_len(2);
-    assert!(take_count.multi);
+    assert!(take_count.multi());
     assert_eq!(
         take_count.text().split("; ").nth(1).unwrap(),
         "UPDATE `jobs` SET `attempt` = CASE WHEN `attempt` < 255 THEN `attempt` + 1 \

@@ -99,7 +99,7 @@ impl AdvisoryForm {
         let Some(stmt) = &self.sql.finish_unlock_many else {
             return false;
         };
-        conn.depth() == 0 || !stmt.for_len(1).multi
+        conn.depth() == 0 || !stmt.for_len(1).multi()
     }
 
     /// Acks and drops rows `ids` (at most [`MAX_FINISH`]) and releases their keys in one round
@@ -122,7 +122,7 @@ impl AdvisoryForm {
             ..self.keys.args(0)
         };
         let stmt = stmt.for_len(ids.len());
-        let released = match stmt.multi {
+        let released = match stmt.multi() {
             // The settlement's result, then the release's ids.
             true => {
                 let sets = fetch_sets::<DB>(conn, stmt, &args).await?;
