@@ -27,6 +27,8 @@ macro_rules! tests {
             a_marking_ack_that_finds_another_token_is_lease_lost,
             a_retry_that_finds_another_token_is_lease_lost,
             a_retry_after_that_finds_another_token_is_lease_lost,
+            a_batch_whose_row_lost_its_lease_settles_the_others,
+            a_marking_batch_whose_row_lost_its_lease_settles_the_others,
             a_handler_longer_than_its_lease_keeps_its_row,
             attempt_is_one_without_an_attempt_column,
             a_killed_consumer_process_returns_its_row_when_the_lease_expires,
@@ -325,6 +327,96 @@ pub(crate) async fn a_retry_that_finds_another_token_is_lease_lost<DB: TestDb>()
 
 pub(crate) async fn a_retry_after_that_finds_another_token_is_lease_lost<DB: TestDb>() {
     lease_lost_on::<DB>(Outcome::retry_after(Duration::from_secs(60)), false).await;
+}
+
+/// A batch of four rows, one claim and one token, whose third row another claim takes while
+/// the handler works; the handler acks all four. The acks of one token run as one statement
+/// (SQLite: all or none, then the statement that names the rows settled): the three rows still
+/// held are settled, the taken one counts a lost lease and is left as the later claim wrote it.
+async fn batch_with_a_lost_lease<DB: TestDb>(processed_at: bool) {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx
+        .table(Spec {
+            processed_at,
+            ..Spec::lease()
+        })
+        .await;
+    let table = if processed_at {
+        jobs(&t).processed_at("processed_at")
+    } else {
+        jobs(&t)
+    };
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap());
+    }
+    let taken = ids[2];
+    let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let pool = ctx.pool.clone();
+    let steal =
+        format!("UPDATE {t} SET locked_until = ?, attempt = attempt + 1 WHERE id = {taken}");
+    let queue = Queue::table(table)
+        .lease("locked_until")
+        .attempt("attempt")
+        .batch(4)
+        .batch_handler(move |batch: Vec<Delivery<DB>>| {
+            let (pool, steal, tx) = (pool.clone(), steal.clone(), tx.clone());
+            let got: Vec<i64> = batch.iter().map(|d| d.id()).collect();
+            async move {
+                // Another claim takes one row while this handler works.
+                DB::exec_time(&pool, &steal, later_claim).await.unwrap();
+                let _ = tx.send(got);
+                batch.iter().map(|_| Outcome::ack()).collect()
+            }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    assert_eq!(recv(&mut seen, "the batch", 10).await, ids);
+    wait_for("the batch settled", Duration::from_secs(10), || async {
+        let stats = running.stats();
+        stats.acked + stats.lease_lost == 4
+    })
+    .await;
+    let stats = running.stats();
+    assert_eq!(
+        (stats.acked, stats.lease_lost, stats.failed),
+        (3, 1, 0),
+        "{stats:?}"
+    );
+    // The taken row is as the later claim wrote it; the three others are settled.
+    let untouched = format!(
+        "id = {taken} AND locked_until IS NOT NULL AND attempt = 3{}",
+        if processed_at {
+            " AND processed_at IS NULL"
+        } else {
+            ""
+        }
+    );
+    assert_eq!(ctx.count(&t, &untouched).await, 1);
+    let left = if processed_at {
+        "processed_at IS NULL"
+    } else {
+        "1 = 1"
+    };
+    assert_eq!(ctx.count(&t, left).await, 1, "only the taken row is left");
+    if processed_at {
+        let marked = format!("processed_at IS NOT NULL AND locked_until IS NULL AND id <> {taken}");
+        assert_eq!(ctx.count(&t, &marked).await, 3);
+    }
+    running.shutdown().await.unwrap();
+    assert!(seen.try_recv().is_err(), "a row was delivered again");
+    ctx.drop_tables().await;
+}
+
+pub(crate) async fn a_batch_whose_row_lost_its_lease_settles_the_others<DB: TestDb>() {
+    batch_with_a_lost_lease::<DB>(false).await;
+}
+
+pub(crate) async fn a_marking_batch_whose_row_lost_its_lease_settles_the_others<DB: TestDb>() {
+    batch_with_a_lost_lease::<DB>(true).await;
 }
 
 pub(crate) async fn a_handler_longer_than_its_lease_keeps_its_row<DB: TestDb>() {
