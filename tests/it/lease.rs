@@ -330,9 +330,10 @@ pub(crate) async fn a_retry_after_that_finds_another_token_is_lease_lost<DB: Tes
 }
 
 /// A batch of four rows, one claim and one token, whose third row another claim takes while
-/// the handler works; the handler acks all four. The acks of one token run as one statement
-/// (SQLite: all or none, then the statement that names the rows settled): the three rows still
-/// held are settled, the taken one counts a lost lease and is left as the later claim wrote it.
+/// the handler works; the handler acks all four in one statement (`id IN (..) AND lease = ?`
+/// returning the ids it settled on PostgreSQL and SQLite; MySQL/MariaDB's `(id, lease)` pairs):
+/// the three rows still held are settled, the taken one counts a lost lease and is left as the
+/// later claim wrote it.
 async fn batch_with_a_lost_lease<DB: TestDb>(processed_at: bool) {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
