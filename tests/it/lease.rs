@@ -252,12 +252,9 @@ pub(crate) async fn retry_after_without_its_column_is_a_retry<DB: TestDb>() {
     ctx.drop_tables().await;
 }
 
-/// Runs one delivery whose row another claim takes while the handler works, settled with
-/// `outcome`: the settlement must find the other token, count a lost lease and change nothing.
-async fn lease_lost_on<DB: TestDb>(outcome: Outcome, processed_at: bool) {
-    let Some(mut ctx) = Ctx::<DB>::new().await else {
-        return;
-    };
+/// A lease table, keeping finished rows (`processed_at`) or deleting them: its name, and the
+/// table as the queue declares it.
+async fn lease_table<DB: TestDb>(ctx: &mut Ctx<DB>, processed_at: bool) -> (String, Table) {
     let t = ctx
         .table(Spec {
             processed_at,
@@ -269,6 +266,16 @@ async fn lease_lost_on<DB: TestDb>(outcome: Outcome, processed_at: bool) {
     } else {
         jobs(&t)
     };
+    (t, table)
+}
+
+/// Runs one delivery whose row another claim takes while the handler works, settled with
+/// `outcome`: the settlement must find the other token, count a lost lease and change nothing.
+async fn lease_lost_on<DB: TestDb>(outcome: Outcome, processed_at: bool) {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let (t, table) = lease_table(&mut ctx, processed_at).await;
     let id = DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap();
     let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
     let (tx, mut seen) = mpsc::unbounded_channel();
@@ -338,17 +345,7 @@ async fn batch_with_a_lost_lease<DB: TestDb>(processed_at: bool) {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx
-        .table(Spec {
-            processed_at,
-            ..Spec::lease()
-        })
-        .await;
-    let table = if processed_at {
-        jobs(&t).processed_at("processed_at")
-    } else {
-        jobs(&t)
-    };
+    let (t, table) = lease_table(&mut ctx, processed_at).await;
     let mut ids = Vec::new();
     for _ in 0..4 {
         ids.push(DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap());
