@@ -157,6 +157,9 @@ where
     let down_at = micros_now();
     server.stop().await.expect("the dedicated server stops");
     let stopped = micros_now();
+    // Rows each form had handled when the server went down (in the message of a form that
+    // finished before the stop and so had no delivery after the restart).
+    let ended_at_stop: Vec<usize> = drains.iter().map(|d| d.journal.ended()).collect();
     tokio::time::sleep(DOWN).await; // the outage
     server
         .start()
@@ -173,7 +176,7 @@ where
     let warnings = logs.count("WARN") + logs.count("ERROR");
 
     let mut lines = Vec::new();
-    for drain in drains {
+    for (i, drain) in drains.into_iter().enumerate() {
         let stats = drain.running.stats();
         drain.running.shutdown().await.unwrap();
         drain.pool.close().await;
@@ -203,7 +206,13 @@ where
             .map(|d| d.start)
             .filter(|start| *start >= up_at)
             .min()
-            .expect("deliveries after the restart");
+            .unwrap_or_else(|| {
+                panic!(
+                    "{}: no delivery after the restart ({} of {ROWS} rows handled when the \
+                     server went down, handled by form: {ended_at_stop:?})",
+                    drain.form, ended_at_stop[i]
+                )
+            });
         match drain.form {
             "lease" => assert_nothing_held::<DB, LeaseForm>(&ctx, &drain.table, None).await,
             "row_lock" => assert_nothing_held::<DB, RowLockForm>(&ctx, &drain.table, None).await,
