@@ -342,7 +342,11 @@ pub(crate) async fn a_group_name_written_into_the_statements_claims_its_rows_onl
 /// A row another transaction deletes while a claim's statement waits for it (the claim took
 /// its key, then found the row locked) is passed over once that transaction commits — the
 /// statement reads the row's latest version — its key released in the same statement; the
-/// rows after it are delivered once, and no key is left. PostgreSQL only (MySQL/MariaDB read
+/// claim, which took as many keys as it wanted, takes more for the place the row left, passing
+/// over the deleted row (`NOT IN (..)`: CI once saw a refill without it, when every row the
+/// claim took had been settled since its snapshot); the rows after it are delivered once, and no
+/// key is left.
+/// PostgreSQL only (MySQL/MariaDB read
 /// the rows again without a lock: a row a transaction deletes without its key is not guarded
 /// there).
 pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_released<
@@ -368,6 +372,7 @@ pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_re
     let mut deleting = ctx.pool.begin().await.unwrap();
     let delete = format!("DELETE FROM {t} WHERE id = (SELECT MIN(id) FROM {t})");
     DB::exec_on(&mut deleting, &delete).await.unwrap();
+    watch(&t);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorded = Arc::clone(&seen);
     let queue = Queue::table(Table::new(&t))
@@ -401,6 +406,19 @@ pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_re
     deleting.commit().await.unwrap();
     ctx.wait_none(&t, "1 = 1", 10).await;
     running.shutdown().await.unwrap();
+    let statements = statements(&t);
+    let refills: Vec<&String> = statements
+        .iter()
+        .filter(|s| s.contains("pg_try_advisory_lock(") && !s.contains("sqlxq_taken"))
+        .collect();
+    assert!(
+        !refills.is_empty(),
+        "the claim took more keys for the deleted row's place"
+    );
+    assert!(
+        refills.iter().all(|s| s.contains(" NOT IN (")),
+        "a refill passes over the rows whose keys the claim took: {refills:?}"
+    );
     assert_eq!(
         *seen.lock().unwrap(),
         vec![b"second".to_vec(), b"third".to_vec()]

@@ -43,12 +43,13 @@ impl AdvisoryForm {
         self.checked.floor.claimed(floor, want, ids.iter().copied());
         let mut full = ids.len() == want;
         // Rows settled by another session since the statement's snapshot leave places a claim
-        // that found enough rows fills again, passing over the rows it took (a claim short of
-        // its rows would make its queue wait for the poll with rows ready).
+        // that found enough rows fills again, passing over every row whose key it took — those
+        // it holds, whose keys are re-entrant, and those settled, whose keys it gave back (a
+        // claim short of its rows would make its queue wait for the poll with rows ready).
         for _ in 0..Self::REFILLS {
             let short = want - rows.len();
             let mut skip = excluded.to_vec();
-            skip.extend(rows.iter().map(|row| row.id));
+            skip.extend(&ids);
             if !full || short == 0 || skip.len() > usize::from(MAX_EXCLUDED) {
                 break;
             }
