@@ -13,7 +13,9 @@ use sqlx::Pool;
 use sqlx_queue::{Delivery, Error, Job, Outcome, Queue, Runner, Running, Table};
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::support::{Ctx, Form, Spec, TestDb, recv, wait_for};
+use crate::support::{
+    Ctx, Form, INTENDED_PANIC, Spec, TestDb, intended_panics_without_backtrace, recv, wait_for,
+};
 
 /// This file's tests on one database and claim form, as `#[tokio::test]`s (`main.rs`
 /// writes them in each database's module, one module per form).
@@ -250,6 +252,7 @@ pub(crate) async fn retry_after_sets_the_delay_and_counts_the_attempt<DB: TestDb
 }
 
 pub(crate) async fn a_panic_is_a_retry<DB: TestDb, F: Form<DB>>() {
+    intended_panics_without_backtrace();
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -258,7 +261,7 @@ pub(crate) async fn a_panic_is_a_retry<DB: TestDb, F: Form<DB>>() {
         .await
         .unwrap();
     let (running, mut seen) = start::<DB, F>(&ctx.pool, jobs(&t), 1, |attempt| {
-        assert!(attempt > 1, "the first attempt panics");
+        assert!(attempt > 1, "{INTENDED_PANIC}");
         Outcome::ack()
     })
     .await;

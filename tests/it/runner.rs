@@ -7,7 +7,9 @@ use std::time::Duration;
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::support::{Ctx, Spec, TestDb, recv, wait_for};
+use crate::support::{
+    Ctx, INTENDED_PANIC, Spec, TestDb, intended_panics_without_backtrace, recv, wait_for,
+};
 
 /// This file's tests on one database, as `#[tokio::test]`s (`main.rs` writes them in each
 /// database's module).
@@ -204,6 +206,7 @@ pub(crate) async fn shutdown_cancels_handlers_at_its_timeout_and_releases_their_
 }
 
 pub(crate) async fn a_panicking_handler_is_retried_and_the_runner_goes_on<DB: TestDb>() {
+    intended_panics_without_backtrace();
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -218,7 +221,7 @@ pub(crate) async fn a_panicking_handler_is_retried_and_the_runner_goes_on<DB: Te
         .handler(move |d: Delivery<DB>| {
             let _ = tx.send((d.id(), d.attempt()));
             async move {
-                assert!(d.attempt() > 1, "the first attempt panics");
+                assert!(d.attempt() > 1, "{INTENDED_PANIC}");
                 Outcome::ack()
             }
         });

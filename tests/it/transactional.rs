@@ -8,7 +8,9 @@ use std::time::Duration;
 use sqlx_queue::{DeadLetter, Delivery, Job, Outcome, Queue, Runner, Table, Transactional};
 use tokio::sync::{Semaphore, mpsc};
 
-use crate::support::{Ctx, Form, Spec, TestDb, recv, wait_for};
+use crate::support::{
+    Ctx, Form, INTENDED_PANIC, Spec, TestDb, intended_panics_without_backtrace, recv, wait_for,
+};
 
 /// This file's tests on one database and claim form, as `#[tokio::test]`s (`main.rs`
 /// writes them in each database's module, one module per form).
@@ -188,6 +190,7 @@ pub(crate) async fn every_other_outcome_rolls_the_writes_back_and_settles_as_wit
 }
 
 pub(crate) async fn the_dead_letter_and_a_panic_commit_nothing<DB: TestDb, F: Form<DB>>() {
+    intended_panics_without_backtrace();
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -218,7 +221,7 @@ pub(crate) async fn the_dead_letter_and_a_panic_commit_nothing<DB: TestDb, F: Fo
                 async move {
                     open_account(&mut d, &accounts, &welcome).await;
                     let panicking = d.payload() == b"p@example.com";
-                    assert!(!panicking || d.attempt() > 1, "the first attempt panics");
+                    assert!(!panicking || d.attempt() > 1, "{INTENDED_PANIC}");
                     if panicking {
                         Outcome::ack()
                     } else {
