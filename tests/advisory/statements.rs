@@ -345,10 +345,8 @@ pub(crate) async fn a_group_name_written_into_the_statements_claims_its_rows_onl
 /// claim, which took as many keys as it wanted, takes more for the place the row left, passing
 /// over the deleted row (`NOT IN (..)`: CI once saw a refill without it, when every row the
 /// claim took had been settled since its snapshot); the rows after it are delivered once, and no
-/// key is left.
-/// PostgreSQL only (MySQL/MariaDB read
-/// the rows again without a lock: a row a transaction deletes without its key is not guarded
-/// there).
+/// key is left. PostgreSQL only (MySQL/MariaDB read the rows again without a lock: a row a
+/// transaction deletes without its key is not guarded there).
 pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_released<
     DB: TestDb,
 >() {

@@ -1,8 +1,9 @@
 //! Scenario 2 — Database restart: three runners — lease, row lock, advisory — drain a table each on
 //! a dedicated server (`servers.rs`); a third of the way through, the server is stopped, kept down
-//! for a few seconds, and started again. The runners must log the failures, back off, reconnect and
-//! finish, with no row lost and none settled twice. The server is started again whatever happens to
-//! the test.
+//! for a few seconds, and started again (a form's handlers past three quarters of its table wait
+//! for the stop, so every form has handlers in work across it and rows left after it). The runners
+//! must log the failures, back off, reconnect and finish, with no row lost and none settled twice.
+//! The server is started again whatever happens to the test.
 //!
 //! The test runs on one thread, so that the warnings its runners log can be captured (a
 //! thread's default `tracing` subscriber) and counted apart from other tests'.
