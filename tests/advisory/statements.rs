@@ -183,6 +183,12 @@ pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb
     ctx.drop_tables().await;
 }
 
+/// Whether `statement` takes keys without reading their rows (PostgreSQL): a claim's refill, or
+/// a claim in two statements — not the one that takes keys and rows at once (`sqlxq_taken`).
+fn takes_keys_apart(statement: &str) -> bool {
+    statement.contains("pg_try_advisory_lock(") && !statement.contains("sqlxq_taken")
+}
+
 /// Eight workers drain 200 rows of a table with an attempt column: every claim takes its keys
 /// and reads its rows in one statement (`WITH sqlxq_keys AS MATERIALIZED (.. pg_try_advisory_lock
 /// ..), sqlxq_taken AS (UPDATE ..)`) — only a refill runs two — each row is
@@ -203,12 +209,12 @@ pub(crate) async fn claims_take_keys_and_rows_in_one_statement<DB: TestDb>() {
     // (`NOT IN (..)`) on a session that now holds keys, and runs the two statements.
     let refills = statements
         .iter()
-        .filter(|s| s.contains("pg_try_advisory_lock(") && !s.contains("sqlxq_taken"))
+        .filter(|s| takes_keys_apart(s))
         .filter(|s| s.contains(" NOT IN ("))
         .count();
     let apart: Vec<&String> = statements
         .iter()
-        .filter(|s| s.contains("pg_try_advisory_lock(") && !s.contains("sqlxq_taken"))
+        .filter(|s| takes_keys_apart(s))
         .filter(|s| !s.contains(" NOT IN ("))
         .collect();
     let rereads = statements
@@ -405,10 +411,7 @@ pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_re
     ctx.wait_none(&t, "1 = 1", 10).await;
     running.shutdown().await.unwrap();
     let statements = statements(&t);
-    let refills: Vec<&String> = statements
-        .iter()
-        .filter(|s| s.contains("pg_try_advisory_lock(") && !s.contains("sqlxq_taken"))
-        .collect();
+    let refills: Vec<&String> = statements.iter().filter(|s| takes_keys_apart(s)).collect();
     assert!(
         !refills.is_empty(),
         "the claim took more keys for the deleted row's place"

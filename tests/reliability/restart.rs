@@ -8,12 +8,11 @@
 //! The test runs on one thread, so that the warnings its runners log can be captured (a
 //! thread's default `tracing` subscriber) and counted apart from other tests'.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::{Delivery, Queue, Running};
+use sqlx_queue::Running;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -21,8 +20,8 @@ use crate::crash::fill;
 use crate::servers::{Dedicated, Restore};
 use crate::support::{
     AdvisoryForm, ConnIds, Ctx, Form, Journal, LeaseForm, RowLockForm, Spec, TestDb,
-    assert_handled, assert_nothing_held, database_url, jobs, micros_now, ms, overlaps, pool_for,
-    report, required, skipped, start_runner, unique, wait_for,
+    assert_handled, assert_nothing_held, database_url, journaled, micros_now, ms, overlaps,
+    pool_for, report, required, skipped, start_runner, unique, wait_for,
 };
 
 const ROWS: usize = 600;
@@ -102,7 +101,7 @@ async fn start_drain<DB: TestDb, F: Form<DB>>(
     let table = ctx.table(Spec::lease()).await;
     let settled = ctx.settled_ledger(&table).await;
     let ids = fill(ctx, &table, ROWS).await;
-    let journal = Arc::new(Journal::default());
+    let journal = Arc::new(Journal::held_from(BEFORE_STOP, stopped.clone()));
     let tag = format!("sqlxq-restart-{}", unique());
     let pool = DB::connect_tagged(
         &ctx.url,
@@ -113,28 +112,11 @@ async fn start_drain<DB: TestDb, F: Form<DB>>(
     )
     .await
     .unwrap();
-    // Each handler notes its delivery in the journal, works and acks, as `journaled`'s; past
-    // `BEFORE_STOP` deliveries begun, it waits for the stop first.
-    let (noted, begun, stopped) = (
-        Arc::clone(&journal),
-        Arc::new(AtomicUsize::new(0)),
-        stopped.clone(),
-    );
-    let queue = F::apply_leasing(Queue::table(jobs(&table)), LEASE)
-        .attempt("attempt")
-        .workers(WORKERS)
-        .handler(move |d: Delivery<DB>| {
-            let held =
-                (begun.fetch_add(1, Ordering::Relaxed) >= BEFORE_STOP).then(|| stopped.clone());
-            let work = noted.work(d.id(), d.attempt(), WORK);
-            async move {
-                if let Some(mut stopped) = held {
-                    let _ = stopped.wait_for(|stopped| *stopped).await;
-                }
-                work.await
-            }
-        });
-    let running = start_runner(&pool, move |runner| runner.mount(queue)).await;
+    let running = start_runner(
+        &pool,
+        journaled::<DB, F>(&table, LEASE, WORKERS, &journal, WORK),
+    )
+    .await;
     Drain {
         form: F::NAME,
         table,

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx_queue::Outcome;
+use tokio::sync::watch;
 
 /// Microseconds since the Unix epoch, by this host's clock (the consumer's ledger uses it too).
 pub(crate) fn micros_now() -> i64 {
@@ -23,6 +24,9 @@ pub(crate) fn ms(micros: i64) -> f64 {
 #[derive(Debug, Default)]
 pub(crate) struct Journal {
     entries: Mutex<Vec<Delivered>>,
+    /// Deliveries begun past this many wait until the receiver reads `true` before they work
+    /// ([`held_from`](Self::held_from)).
+    held: Option<(usize, watch::Receiver<bool>)>,
 }
 
 /// One delivery as its handler saw it, times in microseconds since the Unix epoch.
@@ -35,6 +39,15 @@ pub(crate) struct Delivered {
 }
 
 impl Journal {
+    /// A journal whose handlers, past `begun` deliveries begun, wait until `until` reads `true`
+    /// before they work.
+    pub(crate) fn held_from(begun: usize, until: watch::Receiver<bool>) -> Self {
+        Journal {
+            held: Some((begun, until)),
+            ..Journal::default()
+        }
+    }
+
     /// Notes the start of a delivery; the index ends it.
     pub(crate) fn begin(&self, id: i64, attempt: u32) -> usize {
         let mut entries = self.entries.lock().unwrap();
@@ -66,8 +79,8 @@ impl Journal {
         entries.iter().filter(|d| d.end.is_some()).count()
     }
 
-    /// A handler's delivery of row `id`: notes its start now; the future works `work`, notes its
-    /// end and acks.
+    /// A handler's delivery of row `id`: notes its start now; the future works `work` (after
+    /// waiting, if the journal holds it: [`held_from`](Self::held_from)), notes its end and acks.
     pub(crate) fn work(
         self: &Arc<Self>,
         id: i64,
@@ -76,7 +89,15 @@ impl Journal {
     ) -> impl Future<Output = Outcome> + Send + use<> {
         let journal = Arc::clone(self);
         let entry = journal.begin(id, attempt);
+        let held = self
+            .held
+            .as_ref()
+            .filter(|(begun, _)| entry >= *begun)
+            .map(|(_, until)| until.clone());
         async move {
+            if let Some(mut until) = held {
+                let _ = until.wait_for(|open| *open).await;
+            }
             tokio::time::sleep(work).await;
             journal.end(entry);
             Outcome::ack()
