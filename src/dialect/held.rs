@@ -41,9 +41,8 @@ pub(crate) struct RowLockSql {
 
 /// The advisory lock form's statements. Each commits on its own, on the session holding the
 /// rows' keys. A claim is two statements (three on MySQL/MariaDB with an attempt column, sent in
-/// two round trips, `take_count_many`); on a session holding no key yet, with an attempt column,
-/// one round trip (`lock_take`: one statement on PostgreSQL, three sent together on
-/// MySQL/MariaDB). An ack is one round trip (`finish_unlock_many`), for one row or many.
+/// two round trips: the keys, then `take_count_many`; one on PostgreSQL with an attempt column, `lock_take`),
+/// an ack one round trip (`finish_unlock_many`), for one row or many.
 #[derive(Debug, Clone)]
 pub(crate) struct AdvisorySql {
     /// Ids of claimable rows in claim order (SQLite, whose keys are held in the process).
@@ -56,11 +55,10 @@ pub(crate) struct AdvisorySql {
     pub(crate) lock_many: Option<Stmt>,
     /// `lock_many`, passing over held-back rows.
     pub(crate) lock_many_excluding: Option<Stmt>,
-    /// `lock_many` and `take_count_many` in one round trip (an attempt column): the rows whose
-    /// keys it took, `(id, payload, attempt[, ..], 0)`, and for a key whose row is no longer
-    /// claimable `(id, NULL.., 1)` (PostgreSQL: released again in the statement; `2`, it was
-    /// not held) or `(id, NULL.., 3)` (MySQL/MariaDB: still held, for the caller to release).
-    /// See [`postgres::lock_take`] and [`mysql::lock_take`]; none for FIFO on MySQL/MariaDB.
+    /// `lock_many` and `take_many` in one statement (PostgreSQL with an attempt column): the
+    /// rows whose keys it took, `(id, payload, attempt[, ..], 0)`, and `(id, NULL.., 1)` for a
+    /// key it took and released again, its row no longer claimable. See
+    /// [`lock_take`](postgres::lock_take).
     pub(crate) lock_take: Option<Stmt>,
     /// `lock_take`, passing over held-back rows.
     pub(crate) lock_take_excluding: Option<Stmt>,
@@ -82,11 +80,13 @@ pub(crate) struct AdvisorySql {
     pub(crate) take_many: BySize,
     /// `count` of `2^k` rows (MySQL/MariaDB with an attempt column).
     pub(crate) count_many: Option<BySize>,
-    /// `take_many` and then the count of the attempts of the rows it read, sent together
-    /// ([`Stmt::multi`]; MySQL/MariaDB with an attempt column): the count's `UPDATE` finds the
-    /// same rows by the same condition and the same `now`, since no other session settles a
-    /// row whose key this one holds. Not for FIFO queues, whose condition reads the table in a
-    /// subquery, which MySQL refuses in an `UPDATE` of that table.
+    /// The count of the attempts of `2^k` rows still claimable, then their read (`take_many`,
+    /// the attempt as it was before the count), sent together ([`Stmt::multi`]; MySQL/MariaDB
+    /// with an attempt column): the count's `UPDATE` reads each row's latest version, waiting
+    /// for a writer that holds it, so a row another transaction deletes meanwhile is passed
+    /// over; the read finds the rows it counted by the same condition and the same `now`, since
+    /// no other session settles a row whose key this one holds. Not for FIFO queues, whose
+    /// condition reads the table in a subquery, which MySQL refuses in an `UPDATE` of that table.
     pub(crate) take_count_many: Option<BySize>,
     /// ack and drop.
     pub(crate) finish: Stmt,
@@ -118,7 +118,7 @@ pub(super) fn lock_many_into(w: &mut SqlWriter, n: &Names) -> Option<()> {
     };
     w.push("SELECT ");
     as_i64(w, "c.sqlxq_id");
-    w.push(" AS sqlxq_id FROM (SELECT ")
+    w.push(" FROM (SELECT ")
         .push(&n.id)
         .push(" AS sqlxq_id FROM ")
         .push(&n.table)
@@ -140,6 +140,11 @@ fn update(w: &mut SqlWriter, n: &Names) {
 }
 
 fn select_row(w: &mut SqlWriter, n: &Names) {
+    select_row_counted(w, n, false);
+}
+
+/// [`select_row`], after the attempt's count (`counted`): the attempt read as it was before.
+fn select_row_counted(w: &mut SqlWriter, n: &Names, counted: bool) {
     w.push("SELECT ");
     as_i64(w, &n.id);
     w.push(", ");
@@ -147,6 +152,9 @@ fn select_row(w: &mut SqlWriter, n: &Names) {
     if let Some(attempt) = &n.attempt {
         w.push(", ");
         as_i64(w, attempt);
+        if counted {
+            w.push(" - 1");
+        }
     }
     read_created(w, n, "");
     if n.session {
@@ -291,11 +299,9 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         lock_many_into(&mut w, n)?;
         Some(w.finish())
     };
-    // With an attempt column: the keys and the rows in one round trip (PostgreSQL: one
-    // statement; MySQL/MariaDB: three sent together, not for FIFO, as `take_count_many`).
-    let lock_take = |lock: &Names| match (n.dialect, &n.attempt, &n.fifo) {
-        (Dialect::Postgres, Some(attempt), _) => Some(postgres::lock_take(lock, n, attempt)),
-        (Dialect::MySql, Some(attempt), None) => Some(mysql::lock_take(lock, n, attempt)),
+    // PostgreSQL with an attempt column: the keys and the rows in one statement.
+    let lock_take = |lock: &Names| match (n.dialect, &n.attempt) {
+        (Dialect::Postgres, Some(attempt)) => Some(postgres::lock_take(lock, n, attempt)),
         _ => None,
     };
     let unlock = match n.dialect {
@@ -351,10 +357,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         lock_many_excluding: lock_many(&n.excluding().floored()),
         lock_take: lock_take(&n.floored()),
         lock_take_excluding: lock_take(&n.excluding().floored()),
-        unlock_all: lock_take(n).map(|_| match n.dialect {
-            Dialect::Postgres => postgres::unlock_all(),
-            _ => mysql::unlock_all(),
-        }),
+        unlock_all: lock_take(n).map(|_| postgres::unlock_all()),
         unlock,
         unlock_many,
         take: w.finish(),
@@ -376,9 +379,12 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         }),
         take_count_many: match (n.dialect, &n.attempt, &n.fifo) {
             (Dialect::MySql, Some(attempt), None) => Some(by_ids(n, |w, by| {
-                take(w, by);
-                w.then();
                 count(w, attempt, by);
+                w.push(" AND ");
+                claimable(w, n);
+                w.then();
+                select_row_counted(w, n, true);
+                by(w);
                 w.push(" AND ");
                 claimable(w, n);
             })),

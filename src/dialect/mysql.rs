@@ -1,6 +1,6 @@
 //! MySQL and MariaDB statement text.
 
-use super::common::{as_i64, claimable, mark_processed, order, read_created};
+use super::common::{claimable, mark_processed, order, read_created};
 use super::lease::lease_set;
 use super::{BySize, Claim, Kind, Names, Slot, SqlWriter, Stmt};
 use crate::table::Dialect;
@@ -171,75 +171,6 @@ pub(super) fn count_joined(n: &Names, attempt: &str, count: u16) -> Stmt {
     joined_ids(&mut w, n, count);
     w.push(" SET ");
     n.count_attempt(&mut w, attempt);
-    w.finish()
-}
-
-/// [`AdvisorySql::lock_take`](super::AdvisorySql::lock_take) on MySQL/MariaDB (an attempt
-/// column): three statements sent together, so that a claim is one round trip. The first takes
-/// the keys as `lock_many` does and keeps their ids, in the order taken, in the session's
-/// `@sqlxq_keys` (a JSON array), which the next two read: the ids go from statement to
-/// statement in the session, not through the client. The second counts the attempts of those
-/// rows still claimable; an `UPDATE` reads each row's latest version (waiting for a writer that
-/// holds it), so a row settled since the first statement's snapshot is passed over. The third
-/// returns, for each id, its row if it is still claimable — the one the count found, no other
-/// session settling a row whose key this one holds — with the attempt before the count, `(id,
-/// payload, attempt[, created_at][, headers][, key][, session], 0)`, or `(id, NULL.., 3)`: its
-/// key still held, for the caller to release. Each row is reached through its primary key (a
-/// join, as [`finish_joined`]'s).
-pub(super) fn lock_take(lock: &Names, n: &Names, attempt: &str) -> Stmt {
-    let mut w = lock.writer();
-    w.push("SELECT JSON_ARRAYAGG(sqlxq_k.sqlxq_id) INTO @sqlxq_keys FROM (");
-    super::held::lock_many_into(&mut w, lock).expect("MySQL takes keys in the query");
-    w.push(") AS sqlxq_k");
-    w.then().push("UPDATE ");
-    keys_table(&mut w);
-    w.push(" STRAIGHT_JOIN ")
-        .push(&n.table)
-        .push(" ON ")
-        .push(&n.id)
-        .push(" = sqlxq_keys.sqlxq_id SET ");
-    n.count_attempt(&mut w, attempt);
-    w.push(" WHERE ");
-    claimable(&mut w, n);
-    w.then().push("SELECT ");
-    as_i64(&mut w, "sqlxq_keys.sqlxq_id");
-    w.push(", ");
-    n.read_payload(&mut w, "");
-    w.push(", ");
-    as_i64(&mut w, attempt);
-    w.push(" - 1");
-    read_created(&mut w, n, "");
-    if n.session {
-        w.push(", CAST(CONNECTION_ID() AS SIGNED)");
-    }
-    w.push(", CAST(CASE WHEN ")
-        .push(&n.id)
-        .push(" IS NULL THEN 3 ELSE 0 END AS SIGNED) FROM ");
-    keys_table(&mut w);
-    w.push(" LEFT JOIN ")
-        .push(&n.table)
-        .push(" ON ")
-        .push(&n.id)
-        .push(" = sqlxq_keys.sqlxq_id AND ");
-    claimable(&mut w, n);
-    w.push(" ORDER BY sqlxq_keys.sqlxq_n");
-    w.finish()
-}
-
-/// The ids of `@sqlxq_keys` as a table, `sqlxq_keys (sqlxq_n, sqlxq_id)`, `sqlxq_n` their
-/// order in the list.
-fn keys_table(w: &mut SqlWriter) {
-    w.push(
-        "JSON_TABLE(@sqlxq_keys, '$[*]' COLUMNS (sqlxq_n FOR ORDINALITY, \
-         sqlxq_id BIGINT PATH '$')) AS sqlxq_keys",
-    );
-}
-
-/// Releases every lock of the session, after a `lock_take` that failed (run only on a session
-/// that held none before it).
-pub(super) fn unlock_all() -> Stmt {
-    let mut w = SqlWriter::new(Dialect::MySql);
-    w.push("SELECT CAST(RELEASE_ALL_LOCKS() AS SIGNED)");
     w.finish()
 }
 

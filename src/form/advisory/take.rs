@@ -1,7 +1,7 @@
 //! The advisory form's take and release: locking keys without waiting and reading their rows
 //! again, and unlocking them — the key handling, apart from the form's trait impl, which says
 //! when each runs. A take is two statements for one row or many (three on MySQL/MariaDB with an
-//! attempt column, the last two sent together; one round trip with an attempt column on a
+//! attempt column, the last two sent together; one on PostgreSQL with an attempt column, on a
 //! session holding no key yet); a release is one.
 
 use chrono::{DateTime, Utc};
@@ -95,14 +95,7 @@ impl AdvisoryForm {
         let args = self.lock_args(want, now, floor, excluded);
         // Marked first: if the answer is lost, the connection is closed, not reused.
         conn.hold_key(Key::Pending);
-        let rows = match stmt.multi() {
-            // MySQL/MariaDB: the rows are the last statement's.
-            true => fetch_sets::<DB>(&mut *conn, stmt, &args)
-                .await
-                .map(|sets| sets.into_iter().last().unwrap_or_default()),
-            false => fetch_all::<DB>(&mut *conn, stmt, &args).await,
-        };
-        let rows = match rows {
+        let rows = match fetch_all::<DB>(&mut *conn, stmt, &args).await {
             Ok(rows) => rows,
             Err(error) if is_row_error(&error) => {
                 self.unlock_all::<DB>(conn).await?;
@@ -115,29 +108,17 @@ impl AdvisoryForm {
         };
         let mut ids = Vec::with_capacity(rows.len());
         let mut taken = Vec::with_capacity(rows.len());
-        let mut stale = Vec::new();
         for row in &rows {
             let last = sqlx::Row::len(row) - 1;
             let id = DB::get_i64(row, 0)?;
             ids.push(id);
-            // 0: the row, its key held; 1 (2): its key released (was not held); 3: no longer
-            // claimable, its key held.
-            match DB::get_i64(row, last)? {
-                0 => {
-                    taken.push(claimed_row::<DB>(row, self.checked.columns, last)?);
-                    conn.hold_key(Key::Session(id));
-                }
-                3 => {
-                    conn.hold_key(Key::Session(id));
-                    stale.push(id);
-                }
-                _ => {}
+            // 0: the row, its key held; 1 (2): its key released (was not held).
+            if DB::get_i64(row, last)? == 0 {
+                taken.push(claimed_row::<DB>(row, self.checked.columns, last)?);
+                conn.hold_key(Key::Session(id));
             }
         }
         conn.release_key(Key::Pending);
-        if !stale.is_empty() {
-            self.unlock_many::<DB>(conn, &stale).await?;
-        }
         Ok((ids, taken))
     }
 
@@ -286,9 +267,9 @@ impl AdvisoryForm {
         };
         let columns = self.checked.columns;
         if let Some(take_count) = &self.sql.take_count_many {
-            // Read and counted in one round trip.
+            // Counted and read in one round trip.
             let sets = fetch_sets::<DB>(conn, take_count.for_len(ids.len()), &args).await?;
-            let read = sets.first().map(Vec::as_slice).unwrap_or_default();
+            let read = sets.last().map(Vec::as_slice).unwrap_or_default();
             return read
                 .iter()
                 .map(|row| claimed_row::<DB>(row, columns, sqlx::Row::len(row)))
