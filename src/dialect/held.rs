@@ -41,8 +41,8 @@ pub(crate) struct RowLockSql {
 
 /// The advisory lock form's statements. Each commits on its own, on the session holding the
 /// rows' keys. A claim is two statements (three on MySQL/MariaDB with an attempt column, sent in
-/// two round trips: the keys, then `take_count_many`; one on PostgreSQL with an attempt column, `lock_take`),
-/// an ack one round trip (`finish_unlock_many`), for one row or many.
+/// two round trips: the keys, then `take_count_many`; one on PostgreSQL with an attempt column,
+/// `lock_take`), an ack one round trip (`finish_unlock_many`), for one row or many.
 #[derive(Debug, Clone)]
 pub(crate) struct AdvisorySql {
     /// Ids of claimable rows in claim order (SQLite, whose keys are held in the process).
