@@ -163,6 +163,23 @@ fn select_row_counted(w: &mut SqlWriter, n: &Names, counted: bool) {
     w.push(" FROM ").push(&n.table);
 }
 
+/// `UPDATE .. SET <attempt + 1>` of the rows `by` places, those still claimable.
+fn count_claimable(w: &mut SqlWriter, n: &Names, attempt: &str, by: &dyn Fn(&mut SqlWriter)) {
+    update(w, n);
+    n.count_attempt(w, attempt);
+    by(w);
+    w.push(" AND ");
+    claimable(w, n);
+}
+
+/// [`select_row_counted`] of the rows `by` places, those still claimable.
+fn read_claimable(w: &mut SqlWriter, n: &Names, by: &dyn Fn(&mut SqlWriter), counted: bool) {
+    select_row_counted(w, n, counted);
+    by(w);
+    w.push(" AND ");
+    claimable(w, n);
+}
+
 fn finish_by_id(n: &Names) -> Stmt {
     let mut w = n.writer();
     finish(&mut w, n);
@@ -319,11 +336,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
     // The rows again, now that their keys are held: one may have been settled meanwhile.
     let take = |w: &mut SqlWriter, by: &dyn Fn(&mut SqlWriter)| match (n.dialect, &n.attempt) {
         (Dialect::Postgres | Dialect::Sqlite, Some(attempt)) => {
-            update(w, n);
-            n.count_attempt(w, attempt);
-            by(w);
-            w.push(" AND ");
-            claimable(w, n);
+            count_claimable(w, n, attempt, by);
             w.push(" RETURNING ");
             as_i64(w, &n.id);
             w.push(", ");
@@ -333,12 +346,7 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
             w.push(" - 1");
             read_created(w, n, "");
         }
-        _ => {
-            select_row(w, n);
-            by(w);
-            w.push(" AND ");
-            claimable(w, n);
-        }
+        _ => read_claimable(w, n, by, false),
     };
     let counts = n.dialect == Dialect::MySql;
     let count = |w: &mut SqlWriter, attempt: &str, by: &dyn Fn(&mut SqlWriter)| {
@@ -379,14 +387,9 @@ pub(crate) fn advisory(n: &Names) -> AdvisorySql {
         }),
         take_count_many: match (n.dialect, &n.attempt, &n.fifo) {
             (Dialect::MySql, Some(attempt), None) => Some(by_ids(n, |w, by| {
-                count(w, attempt, by);
-                w.push(" AND ");
-                claimable(w, n);
+                count_claimable(w, n, attempt, by);
                 w.then();
-                select_row_counted(w, n, true);
-                by(w);
-                w.push(" AND ");
-                claimable(w, n);
+                read_claimable(w, n, by, true);
             })),
             _ => None,
         },
