@@ -38,6 +38,7 @@ pub(crate) use dead::{DeadSql, DeadTarget, dead_letter, inspect, requeue};
 pub(crate) use enqueue::EnqueueSql;
 pub(crate) use held::{AdvisorySql, RowLockSql, advisory, row_lock};
 pub(crate) use lease::{FinishMany, LeaseSql, MAX_FINISH};
+pub(crate) use mysql::finish_unlock_named;
 pub(crate) use names::Names;
 pub(crate) use requests::{REQUESTED_IDS, RequestSql, SWEPT, requests as cancel_requests};
 pub(crate) use schedule::{TickSql, ticks};

@@ -129,6 +129,32 @@ pub(super) fn unlock_many_into(w: &mut SqlWriter, count: u16) {
     w.push(") = 1");
 }
 
+/// The advisory form's `finish_unlock_many` of a table whose lock names need no hash: see
+/// [`finish_release_named`].
+pub(crate) fn finish_unlock_named(n: &Names) -> BySize {
+    BySize::new(super::MAX_FINISH, |count| finish_release_named(n, count))
+}
+
+/// Acks and drops of `count` rows (`finish_ids`), then the release of their keys by the lock
+/// names the client wrote (`LockNameAt`), sent together ([`Stmt::multi`]): one row, a column
+/// per name, 1 where its key was held. Cheaper for the server than [`unlock_many`]'s derived
+/// table, whose names it computes (measured on MariaDB 10.11: about 80 µs less for one key,
+/// 170 µs for eight); only for names that need no hash (`Keys::lock_names`).
+fn finish_release_named(n: &Names, count: u16) -> Stmt {
+    let mut w = n.writer();
+    super::common::finish_ids(&mut w, n, count);
+    w.then().push("SELECT ");
+    for i in 0..count {
+        if i > 0 {
+            w.push(", ");
+        }
+        w.push("CAST(RELEASE_LOCK(")
+            .param(Slot::LockNameAt(i))
+            .push(") <=> 1 AS SIGNED)");
+    }
+    w.finish()
+}
+
 /// `(SELECT ? AS sqlxq_id UNION ..) AS sqlxq_ids STRAIGHT_JOIN <table> ON <id> = sqlxq_id` of
 /// `count` ids: the rows of a set settlement, each reached through the primary key. Never
 /// `WHERE id IN (..)` for a locking write: on a small table (the end of a drain) MariaDB plans it

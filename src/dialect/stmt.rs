@@ -47,6 +47,9 @@ pub(crate) enum Slot {
     KeyClass,
     /// The table's lock-name prefix (MySQL/MariaDB).
     KeyPrefix,
+    /// The lock name of the `i`-th id of a list, written by the client (MySQL/MariaDB, where
+    /// it fits without a hash; see `Keys::lock_names`), padded as `IdAt` is.
+    LockNameAt(u16),
     /// The dead-letter group.
     DeadGroup,
     /// A job's priority.
@@ -84,6 +87,7 @@ impl Slot {
             }
             Slot::Group
             | Slot::KeyPrefix
+            | Slot::LockNameAt(_)
             | Slot::DeadGroup
             | Slot::NotifyTable
             | Slot::NotifyPayload
@@ -277,6 +281,7 @@ pub(crate) struct Args<'a> {
     pub(crate) key: i64,
     pub(crate) key_class: i64,
     pub(crate) key_prefix: Option<&'a str>,
+    pub(crate) lock_names: &'a [String],
     pub(crate) dead_group: Option<&'a str>,
     pub(crate) priority: i64,
     pub(crate) notify_table: Option<&'a str>,
@@ -327,6 +332,12 @@ impl<'a> Args<'a> {
             Slot::Key => Value::I64(self.key),
             Slot::KeyClass => Value::I64(self.key_class),
             Slot::KeyPrefix => Value::Text(self.key_prefix),
+            Slot::LockNameAt(i) => Value::Text(
+                self.lock_names
+                    .get(usize::from(i))
+                    .or(self.lock_names.last())
+                    .map(String::as_str),
+            ),
             Slot::DeadGroup => Value::Text(self.dead_group),
             Slot::Priority => Value::I64(self.priority),
             Slot::NotifyTable => Value::Text(self.notify_table),

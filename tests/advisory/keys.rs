@@ -11,9 +11,11 @@ fn fnv1a_32(text: &str) -> u32 {
     })
 }
 
-/// The lock name of row `id` of table `t` (MySQL/MariaDB, SQL).
+/// The lock name of row `id` of table `t` (MySQL/MariaDB, SQL): `sqlxq:` and the MD5 of the
+/// name when it is longer than 64 characters (README, "advisory lock").
 fn lock_name(t: &str) -> String {
-    format!("CONCAT(DATABASE(), '.', '{t}', ':', id)")
+    let name = format!("CONCAT(DATABASE(), '.', '{t}', ':', id)");
+    format!("IF(CHAR_LENGTH({name}) > 64, CONCAT('sqlxq:', MD5({name})), {name})")
 }
 
 /// How many keys of table `t`'s rows, deleted ones among them, some session holds (SQLite: none

@@ -44,6 +44,8 @@ macro_rules! per_database {
                     settle::a_killed_session_frees_its_rows_and_its_acks_settle_none,
                 acks_release_their_keys_in_the_settling_statement =>
                     statements::acks_release_their_keys_in_the_settling_statement,
+                acks_release_their_hashed_keys_in_the_settling_statement =>
+                    statements::acks_release_their_hashed_keys_in_the_settling_statement,
                 claims_take_keys_and_rows_in_one_statement =>
                     statements::claims_take_keys_and_rows_in_one_statement,
                 claims_read_and_count_their_rows_in_one_round_trip =>

@@ -89,16 +89,28 @@ where
     H: Fn(Delivery<DB>) -> F + Send + Sync + Clone + 'static,
     F: Future<Output = Outcome> + Send + 'static,
 {
+    drain_watched_named(handler, 0).await
+}
+
+/// [`drain_watched`] of a table whose name is padded to `len` characters.
+async fn drain_watched_named<DB, H, F>(
+    handler: H,
+    len: usize,
+) -> Option<(Ctx<DB>, String, Vec<String>)>
+where
+    DB: TestDb,
+    H: Fn(Delivery<DB>) -> F + Send + Sync + Clone + 'static,
+    F: Future<Output = Outcome> + Send + 'static,
+{
     if DB::LABEL == "sqlite" {
         return None;
     }
     let mut ctx = Ctx::<DB>::new().await?;
-    let t = ctx
-        .table(Spec {
-            attempt: true,
-            ..Spec::default()
-        })
-        .await;
+    let spec = Spec {
+        attempt: true,
+        ..Spec::default()
+    };
+    let t = ctx.table_padded(spec, len).await;
     let payloads: Vec<String> = (0..200).map(|i| format!("job {i}")).collect();
     let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
     DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
@@ -117,6 +129,12 @@ where
         .await
         .unwrap();
     ctx.wait_none(&t, "1 = 1", 60).await;
+    // Every ack settled without an error: one whose key its statement did not release fails.
+    wait_for("200 acks counted", Duration::from_secs(10), || async {
+        running.stats().acked == 200
+    })
+    .await;
+    assert_eq!(running.stats().failed, 0, "settlements that failed");
     running.shutdown().await.unwrap();
     let statements = statements(&t);
     Some((ctx, t, statements))
@@ -148,15 +166,29 @@ fn each_once_at_attempt_one(mut seen: Vec<(i64, u32)>) {
 /// Eight workers drain 200 rows whose handlers ack: every statement that deletes rows also
 /// releases their keys (PostgreSQL: `WITH d AS (DELETE ..) SELECT .. pg_advisory_unlock`, each
 /// key held by the statement's transaction until it commits; MySQL/MariaDB: `DELETE ..; SELECT
-/// .. RELEASE_LOCK(..)` in one text, one round trip), and no key is left.
+/// .. RELEASE_LOCK(..)` in one text, one round trip, by the names the client wrote), and no key
+/// is left.
 pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb>() {
+    acks_release_their_keys::<DB>(0, "; SELECT CAST(RELEASE_LOCK(").await;
+}
+
+/// [`acks_release_their_keys_in_the_settling_statement`] where the lock names are longer than
+/// 64 characters (a table name of 60), hashed by the server (MySQL/MariaDB: `sqlxq:` and their
+/// MD5), which the client does not write: the release computes them.
+pub(crate) async fn acks_release_their_hashed_keys_in_the_settling_statement<DB: TestDb>() {
+    acks_release_their_keys::<DB>(60, "; SELECT CAST(d.k").await;
+}
+
+/// Drains a table whose name is `len` long (as `drain_watched`), checking that each MySQL ack
+/// releases its keys with `release`, and no key is left.
+async fn acks_release_their_keys<DB: TestDb>(len: usize, release: &str) {
     let delivered = Arc::new(Mutex::new(0_usize));
     let counted = Arc::clone(&delivered);
     let handler = move |_: Delivery<DB>| {
         *counted.lock().unwrap() += 1;
         async { Outcome::ack() }
     };
-    let Some((ctx, t, statements)) = drain_watched(handler).await else {
+    let Some((ctx, t, statements)) = drain_watched_named(handler, len).await else {
         return;
     };
     let deletes: Vec<&String> = statements
@@ -166,7 +198,7 @@ pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb
     assert!(!deletes.is_empty(), "the acks' statements were recorded");
     let apart: Vec<&&String> = deletes
         .iter()
-        .filter(|s| !s.contains("pg_advisory_unlock(") && !s.contains("; SELECT CAST(d.k"))
+        .filter(|s| !s.contains("pg_advisory_unlock(") && !s.contains(release))
         .collect();
     assert!(
         apart.is_empty(),

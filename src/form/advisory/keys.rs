@@ -63,6 +63,24 @@ impl Keys {
         }
     }
 
+    /// The lock names of rows `ids` as the server's `GET_LOCK` computes them (MySQL/MariaDB):
+    /// `None` unless every id's name fits the 64 characters a lock name takes without the hash
+    /// the server then takes of it (see `dialect::mysql::lock_name`), which the client does not
+    /// compute.
+    pub(crate) fn lock_names(&self, ids: &[i64]) -> Option<Vec<String>> {
+        match self {
+            Keys::MySql { prefix } if names_fit(prefix) => {
+                Some(ids.iter().map(|id| format!("{prefix}{id}")).collect())
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether [`lock_names`](Self::lock_names) names every row.
+    pub(crate) fn names_fit(&self) -> bool {
+        matches!(self, Keys::MySql { prefix } if names_fit(prefix))
+    }
+
     /// What a connection records for row `id`'s key.
     pub(crate) fn key_of(&self, id: i64) -> Key {
         match self {
@@ -70,6 +88,12 @@ impl Keys {
             _ => Key::Session(id),
         }
     }
+}
+
+/// Whether `prefix` and any id, 20 characters at most (`i64::MIN`), make a name of 64
+/// characters at most (`CHAR_LENGTH`, characters, not bytes).
+fn names_fit(prefix: &str) -> bool {
+    prefix.chars().count() + 20 <= 64
 }
 
 pub(crate) use crate::dialect::fnv1a_32;
@@ -101,5 +125,17 @@ mod tests {
             panic!()
         };
         assert_eq!(prefix, "shop.jobs:");
+        let keys = Keys::of(Dialect::MySql, "shop.jobs");
+        assert_eq!(
+            keys.lock_names(&[7, -1]),
+            Some(vec!["shop.jobs:7".to_owned(), "shop.jobs:-1".to_owned()])
+        );
+        // 44 characters, and 20 of `i64::MIN`: 64, named by the client; one more is hashed.
+        let long = format!("shop.{}", "j".repeat(38));
+        assert!(Keys::of(Dialect::MySql, &long).names_fit());
+        let longer = format!("shop.{}", "é".repeat(39));
+        assert!(!Keys::of(Dialect::MySql, &longer).names_fit());
+        assert_eq!(Keys::of(Dialect::MySql, &longer).lock_names(&[1]), None);
+        assert!(!Keys::of(Dialect::Postgres, "jobs").names_fit());
     }
 }

@@ -222,7 +222,12 @@ impl AdvisoryForm {
         checked: Checked,
         held: usize,
     ) -> Result<Self> {
-        let sql = dialect::advisory(&checked.names);
+        let mut sql = dialect::advisory(&checked.names);
+        let keys = Keys::of(DB::DIALECT, &checked.identity.key);
+        // Acks release keys by the names the client writes, where they need no hash.
+        if keys.names_fit() && sql.finish_unlock_many.is_some() {
+            sql.finish_unlock_many = Some(dialect::finish_unlock_named(&checked.names));
+        }
         let mut statements = vec![&sql.take, &sql.finish];
         match (&sql.lock_many, &sql.lock_many_excluding) {
             (Some(lock), Some(excluding)) => statements.extend([lock, excluding]),
@@ -242,7 +247,7 @@ impl AdvisoryForm {
                 _ => held.saturating_mul(4).max(256),
             })
             .unwrap_or(i64::MAX),
-            keys: Keys::of(DB::DIALECT, &checked.identity.key),
+            keys,
             begin_delivery: dialect::begin_delivery(
                 DB::DIALECT,
                 config.isolation,

@@ -116,22 +116,38 @@ impl AdvisoryForm {
         let Some(stmt) = &self.sql.finish_unlock_many else {
             return Ok(ids.to_vec());
         };
+        let names = self.keys.lock_names(ids);
         let args = Args {
             ids,
             now: Some(self.checked.clock.now()),
+            lock_names: names.as_deref().unwrap_or_default(),
             ..self.keys.args(0)
         };
         let stmt = stmt.for_len(ids.len());
-        let released = match stmt.multi() {
+        let released = match (stmt.multi(), &names) {
+            // The settlement's result, then one row: 1 for each name whose key was held.
+            (true, Some(_)) => {
+                let sets = fetch_sets::<DB>(conn, stmt, &args).await?;
+                let row = sets.get(1).and_then(|rows| rows.first());
+                let mut released = Vec::with_capacity(ids.len());
+                for (i, &id) in ids.iter().enumerate() {
+                    if let Some(row) = row
+                        && DB::get_i64(row, i)? == 1
+                    {
+                        released.push(id);
+                    }
+                }
+                released
+            }
             // The settlement's result, then the release's ids.
-            true => {
+            (true, None) => {
                 let sets = fetch_sets::<DB>(conn, stmt, &args).await?;
                 let rows = sets.get(1).map(Vec::as_slice).unwrap_or_default();
                 rows.iter()
                     .map(|row| DB::get_i64(row, 0))
                     .collect::<Result<Vec<i64>, _>>()?
             }
-            false => fetch_i64s::<DB>(conn, stmt, &args).await?,
+            (false, _) => fetch_i64s::<DB>(conn, stmt, &args).await?,
         };
         let mut lost = Vec::new();
         for &id in ids {

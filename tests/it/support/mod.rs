@@ -67,7 +67,13 @@ impl<DB: TestDb> Ctx<DB> {
 
     /// Creates a fresh table with `spec`'s columns and returns its name.
     pub(crate) async fn table(&mut self, spec: Spec) -> String {
+        self.table_padded(spec, 0).await
+    }
+
+    /// [`table`](Self::table), its name padded with `x` to `len` characters.
+    pub(crate) async fn table_padded(&mut self, spec: Spec, len: usize) -> String {
         let name = format!("q_{}", unique());
+        let name = format!("{name}{}", "x".repeat(len.saturating_sub(name.len())));
         self.exec(&DB::ddl(&name, spec)).await;
         self.tables.push(name.clone());
         name
