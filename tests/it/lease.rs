@@ -29,6 +29,7 @@ macro_rules! tests {
             a_retry_after_that_finds_another_token_is_lease_lost,
             a_batch_whose_row_lost_its_lease_settles_the_others,
             a_marking_batch_whose_row_lost_its_lease_settles_the_others,
+            a_batch_whose_row_another_session_deleted_settles_the_others,
             a_handler_longer_than_its_lease_keeps_its_row,
             attempt_is_one_without_an_attempt_column,
             a_killed_consumer_process_returns_its_row_when_the_lease_expires,
@@ -415,6 +416,53 @@ pub(crate) async fn a_batch_whose_row_lost_its_lease_settles_the_others<DB: Test
 
 pub(crate) async fn a_marking_batch_whose_row_lost_its_lease_settles_the_others<DB: TestDb>() {
     batch_with_a_lost_lease::<DB>(true).await;
+}
+
+/// A batch of four rows whose third row another session deletes while the handler works; the
+/// handler acks all four in one statement, which settles the three still there (PostgreSQL and
+/// SQLite count the rows it deleted, and find which of the four are gone; MySQL/MariaDB lock
+/// the rows first and count the deleted one a lost lease): none fails, the table is empty, and
+/// no row is delivered again.
+pub(crate) async fn a_batch_whose_row_another_session_deleted_settles_the_others<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let (t, table) = lease_table(&mut ctx, false).await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap());
+    }
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let pool = ctx.pool.clone();
+    let delete = format!("DELETE FROM {t} WHERE id = {}", ids[2]);
+    let queue = Queue::table(table)
+        .lease("locked_until")
+        .attempt("attempt")
+        .batch(4)
+        .batch_handler(move |batch: Vec<Delivery<DB>>| {
+            let (pool, delete, tx) = (pool.clone(), delete.clone(), tx.clone());
+            let got: Vec<i64> = batch.iter().map(|d| d.id()).collect();
+            async move {
+                DB::exec(&pool, &delete).await.unwrap();
+                let _ = tx.send(got);
+                batch.iter().map(|_| Outcome::ack()).collect()
+            }
+        });
+    let running = runner(&ctx).mount(queue).start().await.unwrap();
+
+    assert_eq!(recv(&mut seen, "the batch", 10).await, ids);
+    wait_for("the batch settled", Duration::from_secs(10), || async {
+        let stats = running.stats();
+        stats.acked + stats.lease_lost == 4
+    })
+    .await;
+    let stats = running.stats();
+    assert_eq!(stats.failed, 0, "{stats:?}");
+    assert!(stats.acked >= 3, "{stats:?}");
+    assert_eq!(ctx.count(&t, "1 = 1").await, 0, "every row gone");
+    running.shutdown().await.unwrap();
+    assert!(seen.try_recv().is_err(), "a row was delivered again");
+    ctx.drop_tables().await;
 }
 
 pub(crate) async fn a_handler_longer_than_its_lease_keeps_its_row<DB: TestDb>() {

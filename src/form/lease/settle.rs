@@ -13,6 +13,34 @@ use crate::form::{
     Conns, execute, fetch_i64s, in_transaction, no_dead_letter, no_retry_after, on_conn,
 };
 
+/// The ids of `args` that a settlement of one token without `RETURNING` settled, from the
+/// count of rows it `changed` (a table that deletes its finished rows): every id when it
+/// counted one row per id; else those gone from the table (`present` reads the others, which
+/// carry another claim's token). A row another session deleted before the settlement is gone
+/// too, counted as settled here: which of the gone rows those were is not known (logged).
+async fn settled_by_count<DB: Backend>(
+    conn: &mut DB::Connection,
+    present: &Stmt,
+    args: &Args<'_>,
+    changed: u64,
+) -> Result<Vec<i64>, sqlx::Error> {
+    let mut ids = args.ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    if changed == ids.len() as u64 {
+        return Ok(ids);
+    }
+    let left = fetch_i64s::<DB>(conn, present, args).await?;
+    ids.retain(|id| !left.contains(id));
+    if changed < ids.len() as u64 {
+        tracing::warn!(
+            gone = ids.len() as u64 - changed,
+            "rows of an acknowledgement were gone before it (settled by another session after              their lease ran out); they count as settled"
+        );
+    }
+    Ok(ids)
+}
+
 impl LeaseForm {
     /// The crate's own statement for `settle` (a move to a dead letter runs apart).
     pub(super) fn statement(&self, settle: Settle, id: i64) -> &Stmt {
@@ -74,12 +102,17 @@ impl LeaseForm {
         };
         let settled = on_conn(conns, async |conn| {
             match (&self.sql.finish_many, one_token) {
-                (_, Some((statements, token))) => {
+                (_, Some((one, token))) => {
                     let args = Args {
                         token: Some(token),
                         ..args
                     };
-                    fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await
+                    let finish = one.finish.for_len(ids.len());
+                    let Some(present) = &one.present else {
+                        return fetch_i64s::<DB>(conn, finish, &args).await;
+                    };
+                    let changed = execute::<DB>(conn, finish, &args).await?;
+                    settled_by_count::<DB>(conn, present.for_len(ids.len()), &args, changed).await
                 }
                 (FinishMany::Returning(statements), None) => {
                     fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await
