@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx_queue::{Delivery, Job, Mount, Outcome, Queue, Runner, Table};
+use sqlx_queue::{Delivery, Job, Mount, Outcome, Queue, Runner, Running, Table};
 use tokio::sync::mpsc;
 
 use crate::support::{Ctx, Spec, TestDb, recv, wait_for};
@@ -337,6 +337,49 @@ pub(crate) async fn a_retry_after_that_finds_another_token_is_lease_lost<DB: Tes
     lease_lost_on::<DB>(Outcome::retry_after(Duration::from_secs(60)), false).await;
 }
 
+/// Enqueues four rows on `table` and runs a lease queue of batches of four whose handler first
+/// runs `interfere(ids)` on another session (`at` bound to its `?` when given), then acks all
+/// four; once the handler ran and the batch settled (acked or lost): the runner, the ids, and
+/// the receiver of the batches delivered after the first.
+async fn batch_acked_after<DB: TestDb>(
+    ctx: &Ctx<DB>,
+    table: Table,
+    interfere: impl FnOnce(&[i64]) -> String,
+    at: Option<chrono::DateTime<chrono::Utc>>,
+) -> (Running, Vec<i64>, mpsc::UnboundedReceiver<Vec<i64>>) {
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap());
+    }
+    let interfere = interfere(&ids);
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let pool = ctx.pool.clone();
+    let queue = Queue::table(table)
+        .lease("locked_until")
+        .attempt("attempt")
+        .batch(4)
+        .batch_handler(move |batch: Vec<Delivery<DB>>| {
+            let (pool, interfere, tx) = (pool.clone(), interfere.clone(), tx.clone());
+            let got: Vec<i64> = batch.iter().map(|d| d.id()).collect();
+            async move {
+                match at {
+                    Some(at) => DB::exec_time(&pool, &interfere, at).await.unwrap(),
+                    None => DB::exec(&pool, &interfere).await.unwrap(),
+                };
+                let _ = tx.send(got);
+                batch.iter().map(|_| Outcome::ack()).collect()
+            }
+        });
+    let running = runner(ctx).mount(queue).start().await.unwrap();
+    assert_eq!(recv(&mut seen, "the batch", 10).await, ids);
+    wait_for("the batch settled", Duration::from_secs(10), || async {
+        let stats = running.stats();
+        stats.acked + stats.lease_lost == 4
+    })
+    .await;
+    (running, ids, seen)
+}
+
 /// A batch of four rows, one claim and one token, whose third row another claim takes while
 /// the handler works; the handler acks all four in one statement (`id IN (..) AND lease = ?`
 /// returning the ids it settled on PostgreSQL and SQLite; MySQL/MariaDB's `(id, lease)` pairs):
@@ -347,38 +390,16 @@ async fn batch_with_a_lost_lease<DB: TestDb>(processed_at: bool) {
         return;
     };
     let (t, table) = lease_table(&mut ctx, processed_at).await;
-    let mut ids = Vec::new();
-    for _ in 0..4 {
-        ids.push(DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap());
-    }
-    let taken = ids[2];
     let later_claim = chrono::Utc::now() + chrono::TimeDelta::days(1);
-    let (tx, mut seen) = mpsc::unbounded_channel();
-    let pool = ctx.pool.clone();
-    let steal =
-        format!("UPDATE {t} SET locked_until = ?, attempt = attempt + 1 WHERE id = {taken}");
-    let queue = Queue::table(table)
-        .lease("locked_until")
-        .attempt("attempt")
-        .batch(4)
-        .batch_handler(move |batch: Vec<Delivery<DB>>| {
-            let (pool, steal, tx) = (pool.clone(), steal.clone(), tx.clone());
-            let got: Vec<i64> = batch.iter().map(|d| d.id()).collect();
-            async move {
-                // Another claim takes one row while this handler works.
-                DB::exec_time(&pool, &steal, later_claim).await.unwrap();
-                let _ = tx.send(got);
-                batch.iter().map(|_| Outcome::ack()).collect()
-            }
-        });
-    let running = runner(&ctx).mount(queue).start().await.unwrap();
-
-    assert_eq!(recv(&mut seen, "the batch", 10).await, ids);
-    wait_for("the batch settled", Duration::from_secs(10), || async {
-        let stats = running.stats();
-        stats.acked + stats.lease_lost == 4
-    })
-    .await;
+    // Another claim takes one row while the handler works.
+    let steal = |ids: &[i64]| {
+        format!(
+            "UPDATE {t} SET locked_until = ?, attempt = attempt + 1 WHERE id = {}",
+            ids[2]
+        )
+    };
+    let (running, ids, mut seen) = batch_acked_after(&ctx, table, steal, Some(later_claim)).await;
+    let taken = ids[2];
     let stats = running.stats();
     assert_eq!(
         (stats.acked, stats.lease_lost, stats.failed),
@@ -428,34 +449,8 @@ pub(crate) async fn a_batch_whose_row_another_session_deleted_settles_the_others
         return;
     };
     let (t, table) = lease_table(&mut ctx, false).await;
-    let mut ids = Vec::new();
-    for _ in 0..4 {
-        ids.push(DB::enqueue(&ctx.pool, &table, Job::new("x")).await.unwrap());
-    }
-    let (tx, mut seen) = mpsc::unbounded_channel();
-    let pool = ctx.pool.clone();
-    let delete = format!("DELETE FROM {t} WHERE id = {}", ids[2]);
-    let queue = Queue::table(table)
-        .lease("locked_until")
-        .attempt("attempt")
-        .batch(4)
-        .batch_handler(move |batch: Vec<Delivery<DB>>| {
-            let (pool, delete, tx) = (pool.clone(), delete.clone(), tx.clone());
-            let got: Vec<i64> = batch.iter().map(|d| d.id()).collect();
-            async move {
-                DB::exec(&pool, &delete).await.unwrap();
-                let _ = tx.send(got);
-                batch.iter().map(|_| Outcome::ack()).collect()
-            }
-        });
-    let running = runner(&ctx).mount(queue).start().await.unwrap();
-
-    assert_eq!(recv(&mut seen, "the batch", 10).await, ids);
-    wait_for("the batch settled", Duration::from_secs(10), || async {
-        let stats = running.stats();
-        stats.acked + stats.lease_lost == 4
-    })
-    .await;
+    let delete = |ids: &[i64]| format!("DELETE FROM {t} WHERE id = {}", ids[2]);
+    let (running, _, mut seen) = batch_acked_after(&ctx, table, delete, None).await;
     let stats = running.stats();
     assert_eq!(stats.failed, 0, "{stats:?}");
     assert!(stats.acked >= 3, "{stats:?}");
