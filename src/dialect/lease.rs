@@ -48,7 +48,7 @@ pub(crate) struct LeaseSql {
 pub(crate) struct OneToken {
     /// The settlement. A table that deletes its finished rows: without `RETURNING`, its count of
     /// rows says whether it settled every one — rows returned one by one cost sqlx's SQLite
-    /// driver a message each (a batch of 16 at one worker: 238M → 212M instructions per 5,000
+    /// driver a message each (a batch of 16 at one worker: 238M → 213M instructions per 5,000
     /// rows, the hand-written loop's 180M). A table that marks them (`processed_at`): returning
     /// the ids it settled.
     pub(crate) finish: BySize,

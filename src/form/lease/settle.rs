@@ -35,7 +35,8 @@ async fn settled_by_count<DB: Backend>(
     if changed < ids.len() as u64 {
         tracing::warn!(
             gone = ids.len() as u64 - changed,
-            "rows of an acknowledgement were gone before it (settled by another session after              their lease ran out); they count as settled"
+            "rows of an acknowledgement were gone before it (settled by another session after \
+             their lease ran out); they count as settled"
         );
     }
     Ok(ids)
