@@ -1,8 +1,9 @@
 //! Grouped acks (the forms that settle many in one statement: the lease form): deliveries of a
 //! plain queue that end in ack or drop hand their row to one task per queue, which settles every
 //! row waiting together ([`Form::settle_many`]), each row still guarded by its own hold. A flush
-//! starts as soon as the previous one ended, with what queued meanwhile (up to 64 rows): nothing
-//! waits for a timer, and under load the statements grow.
+//! starts as soon as the previous one ended, with what queued meanwhile (up to 64 rows) and what
+//! the deliveries ending in the same instant send after one yield: nothing waits for a timer,
+//! and under load the statements grow.
 
 use std::sync::Weak;
 
@@ -32,6 +33,9 @@ pub(super) async fn run<DB: Backend, F: Form<DB>>(
     let mut waiting = Vec::with_capacity(MAX_FINISH);
     while let Some(first) = acks.recv().await {
         waiting.push(first);
+        // The deliveries that ended with this one send their acks in the same instant: let
+        // them, so that one statement settles them all (a yield, not a timer: nothing waits).
+        tokio::task::yield_now().await;
         while waiting.len() < MAX_FINISH {
             match acks.try_recv() {
                 Ok(ack) => waiting.push(ack),
