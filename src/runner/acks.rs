@@ -1,9 +1,9 @@
-//! Grouped acks (the forms that settle many in one statement: the lease form): deliveries of a
-//! plain queue that end in ack or drop hand their row to one task per queue, which settles every
-//! row waiting together ([`Form::settle_many`]), each row still guarded by its own hold. A flush
-//! starts as soon as the previous one ended, with what queued meanwhile (up to 64 rows) and what
-//! the deliveries ending in the same instant send after one yield: nothing waits for a timer,
-//! and under load the statements grow.
+//! Grouped acks (the forms that settle many in one statement: the lease form, and the advisory
+//! form's plain deliveries): deliveries of a plain queue that end in ack or drop hand their row
+//! to one task per queue, which settles every row waiting together ([`Form::settle_many`]), each
+//! row still guarded by its own hold. A flush starts as soon as the previous one ended, with what
+//! queued meanwhile (up to 64 rows) and what the deliveries ending in the same instant send after
+//! one yield: nothing waits for a timer, and under load the statements grow.
 
 use std::sync::Weak;
 
