@@ -14,8 +14,9 @@ pub(crate) use by_key::{BY_KEY_CLAIM_PER_WORKER, BY_KEY_IN_HAND_PER_WORKER, ByKe
 /// The most deliveries one queue keeps in work at once.
 pub const MAX_WORKERS: usize = 10_000;
 
-/// The most rows a lease queue of single deliveries claims ahead of its workers, per worker
-/// (while its handlers are quick: see the runner's claim loop).
+/// The most rows a queue of single deliveries claims ahead of its workers, per worker (the lease
+/// form and the advisory form's plain deliveries, while their handlers are quick: see the
+/// runner's claim loop).
 pub(crate) const AHEAD_PER_WORKER: usize = 3;
 
 /// The lease duration when none is given.
@@ -176,17 +177,20 @@ impl QueueConfig {
         }
     }
 
-    /// The most rows a queue of single deliveries claims ahead of each worker (the lease form):
-    /// none on a table with priorities, where a row claimed ahead would keep a more urgent job
-    /// enqueued after it waiting, and where the rows of one claim would start in id order, not
-    /// in priority order; none in the advisory form, whose key of a row waiting for a worker
-    /// goes with its session if that ends meanwhile, unseen until a statement runs there (its
-    /// handler would start on a row another runner may take).
+    /// The most rows a queue of single deliveries claims ahead of each worker (the lease form,
+    /// and the advisory form's plain deliveries, whose claims serve every worker): none on a
+    /// table with priorities, where a row claimed ahead would keep a more urgent job enqueued
+    /// after it waiting, and where the rows of one claim would start in id order, not in
+    /// priority order. (An advisory row that waited starts only while its session is known to
+    /// hold its key: see `Form::still_held`.)
     pub(crate) fn ahead_per_worker(&self) -> usize {
         match (&self.form, &self.table.priority) {
             // A rate limit's token is a start: a row claimed ahead could start later, in a burst.
             _ if self.rate.is_some() => 0,
             (FormKind::Lease { .. }, None) => AHEAD_PER_WORKER,
+            (FormKind::Advisory, None) if !self.transactional && self.batch.is_none() => {
+                AHEAD_PER_WORKER
+            }
             _ => 0,
         }
     }

@@ -58,6 +58,11 @@ impl Floor {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
+    /// Whether the queue's claims bind a floor (claims in id order).
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     /// The id the next claim starts at: `None` (from the start) unless the last claim took all
     /// it asked for and a claim read from the start less than [`RESCAN`] ago.
     pub(crate) fn start(&self) -> Option<i64> {

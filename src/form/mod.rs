@@ -135,6 +135,23 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
         async { Ok(true) }
     }
 
+    /// When a row claimed ahead of the workers that still waits for one goes back, released
+    /// unstarted, and the wait that records as a worker's busy time: a lease at half its lease
+    /// (`extend_every`), before it expires; `None`: it waits for a worker however long.
+    fn given_back_at(&self, hold: &Self::Hold) -> Option<(Instant, Duration)> {
+        self.extend_every(hold)
+            .map(|(every, since)| (since + every, every))
+    }
+
+    /// Whether row `id`, which waited for a worker since its claim, is still held, asked before
+    /// its handler starts (a hold that expires is renewed instead: `extend_every`). `true` but
+    /// where a hold can go unseen: the advisory form's plain deliveries, whose session the
+    /// server may have ended while the row waited.
+    fn still_held(&self, id: i64, hold: &Self::Hold) -> impl Future<Output = bool> + Send {
+        let _ = (id, hold);
+        async { true }
+    }
+
     /// How often a batch's holds must be extended while its handler works, and from when.
     fn extend_batch_every(&self, batch: &Self::Batch) -> Option<(Duration, Instant)> {
         let _ = batch;

@@ -4,20 +4,19 @@
 //! instead of waiting for a claim's round trip.
 //!
 //! A queue keeps in work or waiting for a worker at most its workers and three rows per worker
-//! more (none on a table with priorities, nor in the advisory form:
-//! `QueueConfig::ahead_per_worker`), and as many as its workers again waiting for their grouped
-//! ack (the advisory form: three times as many, `Form::ACKS_IN_HAND`, so that a claim finds a
-//! place for every free worker while the acks of earlier claims commit). How many it claims
-//! ahead follows how long a worker stays
-//! busy with a delivery: the rows ahead are what the workers finish within [`AHEAD_FOR`], so a
-//! row waits about that long for its worker however slow the handlers are (a queue of handlers
-//! slower than that claims none ahead). Rows start in claim order. A lease that a row waited
-//! past the half of is renewed before its handler starts
-//! ([`keeper::confirm`](super::keeper::confirm)); a row whose lease was lost meanwhile is not
-//! delivered, nor one whose job a notification said cancelled while it waited (PostgreSQL, a
-//! queue listening on its table's channel): that one is removed at once, its handler never
-//! called. Rows still waiting when the runner stops are released unstarted, their attempt
-//! uncounted.
+//! more (none on a table with priorities: `QueueConfig::ahead_per_worker`), and as many as its
+//! workers again waiting for their grouped ack (the advisory form: three times as many,
+//! `Form::ACKS_IN_HAND`, so that a claim finds a place for every free worker while the acks of
+//! earlier claims commit). How many it claims ahead follows how long a worker stays busy with
+//! a delivery: the rows ahead are what the workers finish within [`AHEAD_FOR`], so a row waits
+//! about that long for its worker however slow the handlers are (a queue of handlers slower
+//! than that claims none ahead). Rows start in claim order. A lease that a row waited past the
+//! half of is renewed before its handler starts, and an advisory key whose session has not
+//! answered lately is confirmed ([`keeper::confirm`](super::keeper::confirm)); a row whose
+//! lease or key was lost meanwhile is not delivered, nor one whose job a notification said
+//! cancelled while it waited (PostgreSQL, a queue listening on its table's channel): that one
+//! is removed at once, its handler never called. Rows still waiting when the runner stops are
+//! released unstarted, their attempt uncounted.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -130,7 +129,8 @@ fn lock<H>(waiting: &Waiting<H>) -> MutexGuard<'_, VecDeque<Ahead<H>>> {
     waiting.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Runs a lease queue of single deliveries until the runner stops; what it released.
+/// Runs a queue of single deliveries whose one claim serves every worker until the runner
+/// stops; what it released.
 pub(super) async fn run<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>) -> QueueReport
 where
     DB: Backend,
@@ -282,11 +282,13 @@ where
     q.report(released.load(Ordering::Relaxed))
 }
 
-/// Gives back the rows that waited half their lease for a worker, their attempt uncounted,
-/// until the runner stops: their lease would expire before they start, and another runner's
-/// claim would count their attempt a second time. Workers that slow claim no rows ahead: the
-/// wait counts as a worker's busy time. (A hold without a lease never goes stale.) Rows whose
-/// job a notification cancelled meanwhile never start: they are removed at once.
+/// Gives back the rows that waited too long for a worker ([`Form::given_back_at`]: half their
+/// lease; an advisory key, [`GIVEN_BACK_AFTER`](crate::form::advisory::grouped::GIVEN_BACK_AFTER)),
+/// their attempt uncounted, until the runner stops: a lease would expire before they start, and
+/// another runner's claim would count their attempt a second time; a key would keep its row
+/// from the workers of other runners. Workers that slow claim no rows ahead: the wait counts as
+/// a worker's busy time. Rows whose job a notification cancelled meanwhile never start: they
+/// are removed at once.
 async fn give_back_stale<DB, F>(
     q: Arc<Live<DB, F>>,
     waiting: Arc<Waiting<F::Hold>>,
@@ -296,11 +298,7 @@ async fn give_back_stale<DB, F>(
     DB: Backend,
     F: Form<DB>,
 {
-    let stale_at = |hold: &F::Hold| {
-        q.form
-            .extend_every(hold)
-            .map(|(every, since)| (since + every, every))
-    };
+    let stale_at = |hold: &F::Hold| q.form.given_back_at(hold);
     loop {
         let first = lock(&waiting)
             .iter()
@@ -343,7 +341,7 @@ async fn give_back_stale<DB, F>(
             tracing::debug!(
                 queue = %q.label,
                 id = row.id,
-                "a row claimed ahead waited half its lease for a worker: given back"
+                "a row claimed ahead waited too long for a worker: given back"
             );
             release(&q, &row, hold).await;
             drop((in_hand, entered));

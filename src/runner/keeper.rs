@@ -21,16 +21,18 @@ pub(super) struct Kept<T, H> {
 }
 
 /// Before a delivery starts: renews the hold of row `id` if it is due already (a row claimed
-/// ahead that waited past half its lease for a worker). `false`: the hold was lost meanwhile
-/// (the lease expired, and another claim took the row), and the row is not delivered. A renewal
-/// that fails is tried again while the handler runs, as any other.
+/// ahead that waited past half its lease for a worker), or confirms a hold that does not
+/// expire where it can go unseen ([`Form::still_held`]). `false`: the hold was lost meanwhile
+/// (the lease expired, and another claim took the row; the session holding the key ended), and
+/// the row is not delivered. A renewal that fails is tried again while the handler runs, as any
+/// other.
 pub(super) async fn confirm<DB: Backend, F: Form<DB>>(
     q: &Live<DB, F>,
     id: i64,
     hold: &mut F::Hold,
 ) -> bool {
     let Some((every, since)) = q.form.extend_every(hold) else {
-        return true;
+        return q.form.still_held(id, hold).await;
     };
     if since.elapsed() < every {
         return true;

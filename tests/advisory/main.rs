@@ -9,6 +9,9 @@
 //! sessions): each row delivered once across two runners of 8 workers and no key left after;
 //! retries, drops and dead letters among the grouped acks of a session settle each as it should;
 //! a session the server ends frees its rows to another runner, and its acks settle none of them;
+//! (`ahead.rs`) rows claimed ahead of the workers on a session the server ended are not
+//! delivered on its lost keys, rows claimed ahead behind a worker that does not end go back to
+//! other runners, and a claim too long to list its rows fills a deleted row's place;
 //! and (`statements.rs`) an ack's settlement releases the key in the statement that deletes the
 //! row (PostgreSQL; MySQL/MariaDB: in the same round trip), a claim takes its keys and reads its
 //! rows in one statement (PostgreSQL; MySQL/MariaDB read and count in one round trip), a queue
@@ -24,6 +27,7 @@
 #[path = "../it/support/mod.rs"]
 mod support;
 
+mod ahead;
 mod batches;
 mod keys;
 mod settle;
@@ -42,6 +46,12 @@ macro_rules! per_database {
                     settle::retries_drops_and_dead_letters_among_grouped_acks_settle,
                 a_killed_session_frees_its_rows_and_its_acks_settle_none =>
                     settle::a_killed_session_frees_its_rows_and_its_acks_settle_none,
+                rows_claimed_ahead_on_an_ended_session_are_not_delivered =>
+                    ahead::rows_claimed_ahead_on_an_ended_session_are_not_delivered,
+                a_claim_too_long_to_list_fills_a_deleted_rows_place =>
+                    ahead::a_claim_too_long_to_list_fills_a_deleted_rows_place,
+                rows_claimed_ahead_behind_a_stuck_worker_go_to_another_runner =>
+                    ahead::rows_claimed_ahead_behind_a_stuck_worker_go_to_another_runner,
                 acks_release_their_keys_in_the_settling_statement =>
                     statements::acks_release_their_keys_in_the_settling_statement,
                 acks_release_their_hashed_keys_in_the_settling_statement =>

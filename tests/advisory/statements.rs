@@ -402,7 +402,9 @@ pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_re
             ..Spec::default()
         })
         .await;
-    let payloads = ["deleted", "second", "third"];
+    // The one worker's first claim wants four rows (one for it, three ahead of it): five, so
+    // that it takes as many keys as it wanted and one more for the deleted row's place.
+    let payloads = ["deleted", "second", "third", "fourth", "fifth"];
     let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
     DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
         .await
@@ -429,28 +431,11 @@ pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_re
         .start()
         .await
         .unwrap();
-    let waiting = match DB::LABEL {
-        "postgres" => format!(
-            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
-             AND query LIKE '%{t}%' AND pid <> pg_backend_pid()"
-        ),
-        // The claim's count, found by its text: MariaDB 10.11's INNODB_TRX did not list the
-        // waiting transaction of the runner's connection.
-        _ => format!(
-            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE \
-             info LIKE 'UPDATE `{t}` SET%'"
-        ),
-    };
-    wait_for(
-        "the claim to wait for the deleted row",
-        Duration::from_secs(10),
-        || async { DB::count(&ctx.pool, &waiting).await.unwrap() > 0 },
-    )
-    .await;
+    claim_waits_for_a_row(&ctx, &t).await;
     assert_eq!(
         keys::held(&ctx, &t).await,
-        1,
-        "the claim holds the deleted row's key"
+        4,
+        "the claim holds the deleted row's key, and the three after it"
     );
     deleting.commit().await.unwrap();
     ctx.wait_none(&t, "1 = 1", 10).await;
@@ -472,10 +457,33 @@ pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_re
         refills.iter().all(|s| s.contains(" NOT IN (")),
         "a refill passes over the rows whose keys the claim took: {refills:?}"
     );
-    assert_eq!(
-        *seen.lock().unwrap(),
-        vec![b"second".to_vec(), b"third".to_vec()]
-    );
+    let after: Vec<Vec<u8>> = payloads[1..]
+        .iter()
+        .map(|p| p.as_bytes().to_vec())
+        .collect();
+    assert_eq!(*seen.lock().unwrap(), after);
     assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
+}
+
+/// Waits until a claim's statement on table `t` waits for a row another transaction holds.
+pub(crate) async fn claim_waits_for_a_row<DB: TestDb>(ctx: &Ctx<DB>, t: &str) {
+    let waiting = match DB::LABEL {
+        "postgres" => format!(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' \
+             AND query LIKE '%{t}%' AND pid <> pg_backend_pid()"
+        ),
+        // The claim's count, found by its text: MariaDB 10.11's INNODB_TRX did not list the
+        // waiting transaction of the runner's connection.
+        _ => format!(
+            "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE \
+             info LIKE 'UPDATE `{t}` SET%'"
+        ),
+    };
+    wait_for(
+        "the claim to wait for the deleted row",
+        Duration::from_secs(10),
+        || async { DB::count(&ctx.pool, &waiting).await.unwrap() > 0 },
+    )
+    .await;
 }

@@ -10,6 +10,13 @@
 //! released; at most one per worker is open, so a queue never holds more connections than a
 //! session per delivery would. Transactional queues keep a session per delivery (a handler's
 //! transaction is its own), as do batches (a batch is one claim already).
+//!
+//! A claim takes rows ahead of the workers, as the lease form's does (`ahead_per_worker`). A
+//! row that waited starts only while its session is known to hold its key: the session
+//! answered a statement (the claim, an ack's, a ping) within [`ANSWERED_FOR`], or answers a
+//! ping now. A session the server ended took its keys with it, unseen until a statement runs
+//! there, and another runner may have taken the row since: such a row is not delivered. A row
+//! that waited [`GIVEN_BACK_AFTER`] goes back, its attempt uncounted.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,13 +24,25 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use super::AdvisoryForm;
+use super::keys::Keys;
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
 use crate::delivery::Outcome;
 use crate::error::{Error, Result};
 use crate::form::{Checked, ClaimFailed, Conns, Form, GRACE, Returned};
+
+/// How recently a session must have answered for a row of its claim to start without asking it
+/// again (see the module's docs): about what a row waits for a worker when none was claimed
+/// ahead.
+pub(crate) const ANSWERED_FOR: Duration = Duration::from_millis(2);
+
+/// How long a row claimed ahead waits for a worker before it goes back, its key released and
+/// its attempt uncounted (a runner's workers slower than their mean said would keep it from
+/// the workers of other runners): ten times what the runner means rows ahead to wait.
+pub(crate) const GIVEN_BACK_AFTER: Duration = Duration::from_millis(100);
 
 /// The advisory lock form of a plain queue of single deliveries.
 #[derive(Debug)]
@@ -39,7 +58,25 @@ pub(crate) struct Session<DB: Backend> {
     conn: Mutex<Option<HeldConn<DB>>>,
     /// Rows of the claim not settled or released yet: the last gives the connection back.
     left: AtomicUsize,
+    /// When a statement last answered there, proving the session and its keys alive.
+    answered: std::sync::Mutex<Instant>,
+    /// When its claim took its keys.
+    claimed: Instant,
     _open: OwnedSemaphorePermit,
+}
+
+impl<DB: Backend> Session<DB> {
+    fn answered(&self) {
+        *self.answered.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn answered_within(&self, within: Duration) -> bool {
+        self.answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+            < within
+    }
 }
 
 /// What holds a row of a grouped queue: the session its claim took its key on.
@@ -80,9 +117,8 @@ impl<DB: Backend> Form<DB> for GroupedForm {
     type Batch = HeldConn<DB>;
     const ONE_CLAIM: bool = true;
     const GROUPS_ACKS: bool = true;
-    /// A claim takes no row ahead of the workers (`QueueConfig::ahead_per_worker`): it takes a
-    /// row for each free worker, and it finds places for them while the rows of earlier claims
-    /// wait for their acks' statement.
+    /// A claim finds places for the rows it takes (for the free workers and ahead of them)
+    /// while the rows of earlier claims wait for their acks' statement.
     const ACKS_IN_HAND: usize = 3;
     const HOLDS_KEYS: bool = true;
 
@@ -120,6 +156,8 @@ impl<DB: Backend> Form<DB> for GroupedForm {
         let session = Arc::new(Session {
             conn: Mutex::new(Some(conn)),
             left: AtomicUsize::new(rows.len()),
+            answered: std::sync::Mutex::new(Instant::now()),
+            claimed: Instant::now(),
             _open: open,
         });
         Ok(rows
@@ -232,6 +270,9 @@ impl<DB: Backend> Form<DB> for GroupedForm {
         .await;
         let mut results: Vec<Option<Result<()>>> = rows.iter().map(|_| None).collect();
         for (places, settled) in sessions.iter().zip(settled) {
+            if settled.iter().any(Result::is_ok) {
+                rows[places[0]].1.0.answered();
+            }
             for (&i, result) in places.iter().zip(settled) {
                 results[i] = Some(result);
             }
@@ -289,6 +330,44 @@ impl<DB: Backend> Form<DB> for GroupedForm {
 
     async fn release_batch(&self, conns: &Conns<DB>, ids: &[i64], conn: HeldConn<DB>) -> u64 {
         <AdvisoryForm as Form<DB>>::release_batch(&self.inner, conns, ids, conn).await
+    }
+
+    fn given_back_at(&self, hold: &OnSession<DB>) -> Option<(Instant, Duration)> {
+        Some((hold.0.claimed + GIVEN_BACK_AFTER, GIVEN_BACK_AFTER))
+    }
+
+    /// A row that waited for a worker: see the module's docs.
+    async fn still_held(&self, id: i64, hold: &OnSession<DB>) -> bool {
+        let session = &hold.0;
+        if matches!(self.inner.keys, Keys::InProcess { .. })
+            || session.answered_within(ANSWERED_FOR)
+        {
+            return true;
+        }
+        let mut conn = session.conn.lock().await;
+        // Another row of the session may have asked meanwhile.
+        if session.answered_within(ANSWERED_FOR) {
+            return conn.is_some();
+        }
+        let Some(held) = conn.as_mut() else {
+            return false;
+        };
+        match sqlx::Connection::ping(&mut **held).await {
+            Ok(()) => {
+                session.answered();
+                true
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    id,
+                    "the session holding rows claimed ahead did not answer: not delivered"
+                );
+                // Closed, not pooled: it may still hold keys.
+                *conn = None;
+                false
+            }
+        }
     }
 
     fn keep(&self, hold: &OnSession<DB>) -> Option<OnSession<DB>> {

@@ -45,15 +45,24 @@ impl AdvisoryForm {
         // Rows settled by another session since the statement's snapshot leave places a claim
         // that found enough rows fills again, passing over every row whose key it took — those
         // it holds, whose keys are re-entrant, and those settled, whose keys it gave back (a
-        // claim short of its rows would make its queue wait for the poll with rows ready).
+        // claim short of its rows would make its queue wait for the poll with rows ready): by
+        // their ids, or, a list too long for the statement, from above the largest (claims in
+        // id order: the rows below it not taken were another session's, or not claimable).
         for _ in 0..Self::REFILLS {
             let short = want - rows.len();
-            let mut skip = excluded.to_vec();
-            skip.extend(&ids);
-            if !full || short == 0 || skip.len() > usize::from(MAX_EXCLUDED) {
+            if !full || short == 0 {
                 break;
             }
-            let more = self.lock::<DB>(conn, short, now, floor, &skip).await?;
+            let mut skip = excluded.to_vec();
+            skip.extend(&ids);
+            let (skip, from) = match ids.iter().max() {
+                _ if skip.len() <= usize::from(MAX_EXCLUDED) => (skip, floor),
+                Some(largest) if self.checked.floor.enabled() => {
+                    (excluded.to_vec(), Some(largest + 1))
+                }
+                _ => break,
+            };
+            let more = self.lock::<DB>(conn, short, now, from, &skip).await?;
             full = more.len() == short;
             ids.extend(&more);
             let read = self.read_taken::<DB>(conn, &more, &ids, &rows, now).await?;
