@@ -16,8 +16,9 @@ pub struct ShutdownReport {
     /// the timeout (a release blocked by another session's lock, a database that stopped
     /// answering): each returns when its lease expires, or when the server ends its connection.
     pub unreleased: u64,
-    /// Advisory keys released by the deliveries in work when shutdown began (settled or
-    /// cancelled): every key the runner held.
+    /// Advisory keys released at shutdown: those of the deliveries in work when it began
+    /// (settled or cancelled) and of the rows claimed but not started — every key the runner
+    /// held.
     pub keys_released: u64,
 }
 

@@ -51,7 +51,12 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
         "{finished:?}"
     );
     if F::NAME == "advisory" {
-        assert_eq!(finished.keys_released, 8, "{finished:?}");
+        // The rows in work, and those claimed ahead of them, released unstarted.
+        assert_eq!(
+            finished.keys_released,
+            8 + finished.released,
+            "{finished:?}"
+        );
     }
     let deliveries = journal.entries();
     assert_eq!(deliveries.len(), WORKERS, "claimed after shutdown began");
@@ -89,15 +94,19 @@ async fn shutdown_under_load<DB: TestDb, F: Form<DB>>() {
         "shutdown took {cancel_time:?} with a shutdown_timeout of {CANCEL_TIMEOUT:?}"
     );
     assert!(cancel_time >= CANCEL_TIMEOUT, "returned before its timeout");
-    // The eight cancelled, and (the lease form) the eight claimed ahead of the workers.
-    let ahead = if F::NAME == "lease" { 8 } else { 0 };
-    assert_eq!(
-        (cancelled.cancelled, cancelled.released),
-        (8, 8 + ahead),
-        "{cancelled:?}"
-    );
+    // The eight cancelled, and the eight claimed ahead of the workers: the lease form's; the
+    // advisory form's unless they went back before the shutdown (a row ahead that waited
+    // 100 ms goes back, and the runner claims none ahead of handlers that slow).
+    let ahead = cancelled.released.saturating_sub(8);
+    let expected: &[u64] = match F::NAME {
+        "lease" => &[8],
+        "advisory" => &[0, 8],
+        _ => &[0],
+    };
+    assert_eq!(cancelled.cancelled, 8, "{cancelled:?}");
+    assert!(expected.contains(&ahead), "{cancelled:?}");
     if F::NAME == "advisory" {
-        assert_eq!(cancelled.keys_released, 8, "{cancelled:?}");
+        assert_eq!(cancelled.keys_released, cancelled.released, "{cancelled:?}");
     }
     assert_nothing_held::<DB, F>(&ctx, &t, None).await;
     // Lease and advisory count an attempt at the claim; a row lock's rollback does not.
