@@ -6,12 +6,75 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use sqlx::Pool;
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Running, Table};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::keys;
 use crate::statements::claim_waits_for_a_row;
 use crate::support::{Ctx, Spec, TestDb, recv};
+
+/// A table of the test's own with an attempt column, a row for each of `payloads` in order.
+pub(crate) async fn rows_of<DB: TestDb>(ctx: &mut Ctx<DB>, payloads: &[&str]) -> String {
+    let t = ctx
+        .table(Spec {
+            attempt: true,
+            ..Spec::default()
+        })
+        .await;
+    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
+        .await
+        .unwrap();
+    t
+}
+
+/// A transaction that has deleted the first row of `t` and not ended: a claim's statement that
+/// comes to the row waits for it.
+pub(crate) async fn deleting_the_first<DB: TestDb>(
+    ctx: &Ctx<DB>,
+    t: &str,
+) -> sqlx::Transaction<'static, DB> {
+    let mut deleting = ctx.pool.begin().await.unwrap();
+    let delete = match DB::LABEL {
+        "postgres" => format!("DELETE FROM {t} WHERE id = (SELECT MIN(id) FROM {t})"),
+        _ => format!("DELETE FROM {t} ORDER BY id LIMIT 1"),
+    };
+    DB::exec_on(&mut deleting, &delete).await.unwrap();
+    deleting
+}
+
+/// A started runner on `pool` with a plain advisory queue of `workers` workers on `t`, its
+/// attempts counted, whose handler sends each delivery's `(id, attempt)`, then waits for a
+/// permit of `gate` before it acks; and what its handlers send.
+pub(crate) async fn gated<DB: TestDb>(
+    pool: Pool<DB>,
+    t: &str,
+    workers: usize,
+    gate: &Arc<Semaphore>,
+) -> (Running, mpsc::UnboundedReceiver<(i64, u32)>) {
+    let (tx, started) = mpsc::unbounded_channel();
+    let gate = Arc::clone(gate);
+    let queue = Queue::table(Table::new(t))
+        .advisory_lock()
+        .workers(workers)
+        .attempt("attempt")
+        .handler(move |d: Delivery<DB>| {
+            let _ = tx.send((d.id(), d.attempt()));
+            let gate = Arc::clone(&gate);
+            async move {
+                gate.acquire().await.expect("never closed").forget();
+                Outcome::ack()
+            }
+        });
+    let running = Runner::new(pool)
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    (running, started)
+}
 
 /// A runner of one worker claims four rows on one session, one in work and three ahead of it;
 /// the server ends that session while the first handler works. None of the three rows that
@@ -25,38 +88,10 @@ pub(crate) async fn rows_claimed_ahead_on_an_ended_session_are_not_delivered<DB:
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx
-        .table(Spec {
-            attempt: true,
-            ..Spec::default()
-        })
-        .await;
-    let jobs: Vec<Job<'_>> = ["a", "b", "c", "d"].iter().map(Job::new).collect();
-    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
-        .await
-        .unwrap();
-    let (tx, mut started) = mpsc::unbounded_channel();
-    let gate = Arc::new(Semaphore::new(0));
-    let held = Arc::clone(&gate);
+    let t = rows_of(&mut ctx, &["a", "b", "c", "d"]).await;
     // The first delivery waits for the gate; every later one acks at once.
-    let queue = Queue::table(Table::new(&t))
-        .advisory_lock()
-        .workers(1)
-        .attempt("attempt")
-        .handler(move |d: Delivery<DB>| {
-            let _ = tx.send((d.id(), d.attempt()));
-            let held = Arc::clone(&held);
-            async move {
-                held.acquire().await.expect("never closed").forget();
-                Outcome::ack()
-            }
-        });
-    let runner = Runner::new(ctx.pool(4).await)
-        .poll_interval(Duration::from_millis(50))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let (runner, mut started) = gated(ctx.pool(4).await, &t, 1, &gate).await;
     let (first, attempt) = recv(&mut started, "the first delivery", 30).await;
     assert_eq!(attempt, 1);
     assert_eq!(
@@ -108,23 +143,10 @@ pub(crate) async fn a_claim_too_long_to_list_fills_a_deleted_rows_place<DB: Test
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx
-        .table(Spec {
-            attempt: true,
-            ..Spec::default()
-        })
-        .await;
     let payloads: Vec<String> = (0..33).map(|i| format!("job {i}")).collect();
-    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
-        .await
-        .unwrap();
-    let mut deleting = ctx.pool.begin().await.unwrap();
-    let delete = match DB::LABEL {
-        "postgres" => format!("DELETE FROM {t} WHERE id = (SELECT MIN(id) FROM {t})"),
-        _ => format!("DELETE FROM {t} ORDER BY id LIMIT 1"),
-    };
-    DB::exec_on(&mut deleting, &delete).await.unwrap();
+    let payloads: Vec<&str> = payloads.iter().map(String::as_str).collect();
+    let t = rows_of(&mut ctx, &payloads).await;
+    let deleting = deleting_the_first(&ctx, &t).await;
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorded = Arc::clone(&seen);
     let queue = Queue::table(Table::new(&t))
@@ -170,44 +192,13 @@ pub(crate) async fn rows_claimed_ahead_behind_a_stuck_worker_go_to_another_runne
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx
-        .table(Spec {
-            attempt: true,
-            ..Spec::default()
-        })
-        .await;
-    let jobs: Vec<Job<'_>> = ["a", "b", "c", "d"].iter().map(Job::new).collect();
-    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
-        .await
-        .unwrap();
-    let runner = async |pool, gate: Arc<Semaphore>| {
-        let (tx, started) = mpsc::unbounded_channel();
-        let queue = Queue::table(Table::new(&t))
-            .advisory_lock()
-            .workers(1)
-            .attempt("attempt")
-            .handler(move |d: Delivery<DB>| {
-                let _ = tx.send((d.id(), d.attempt()));
-                let gate = Arc::clone(&gate);
-                async move {
-                    gate.acquire().await.expect("never closed").forget();
-                    Outcome::ack()
-                }
-            });
-        let running = Runner::new(pool)
-            .poll_interval(Duration::from_millis(50))
-            .mount(queue)
-            .start()
-            .await
-            .unwrap();
-        (running, started)
-    };
+    let t = rows_of(&mut ctx, &["a", "b", "c", "d"]).await;
     let stuck = Arc::new(Semaphore::new(0));
-    let (first, mut first_started) = runner(ctx.pool(4).await, Arc::clone(&stuck)).await;
+    let (first, mut first_started) = gated(ctx.pool(4).await, &t, 1, &stuck).await;
     let (id, attempt) = recv(&mut first_started, "the first runner's delivery", 30).await;
     assert_eq!(attempt, 1);
-    let (second, mut second_started) =
-        runner(ctx.pool(4).await, Arc::new(Semaphore::new(usize::MAX >> 4))).await;
+    let free = Arc::new(Semaphore::new(usize::MAX >> 4));
+    let (second, mut second_started) = gated(ctx.pool(4).await, &t, 1, &free).await;
     let mut others = Vec::new();
     for _ in 0..3 {
         others.push(recv(&mut second_started, "the rows given back, delivered", 30).await);

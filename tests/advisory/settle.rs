@@ -9,6 +9,7 @@ use sqlx::Pool;
 use sqlx_queue::{DeadLetter, Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::{Semaphore, mpsc};
 
+use crate::ahead::{gated, rows_of};
 use crate::keys;
 use crate::support::{Ctx, Spec, TestDb, recv};
 
@@ -176,52 +177,29 @@ pub(crate) async fn a_killed_session_frees_its_rows_and_its_acks_settle_none<DB:
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx
-        .table(Spec {
-            attempt: true,
-            ..Spec::default()
-        })
-        .await;
-    let jobs: Vec<Job<'_>> = ["a", "b", "c", "d"].iter().map(Job::new).collect();
-    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
-        .await
-        .unwrap();
-    let gated = |pool: Pool<DB>, gate: &Arc<Semaphore>| {
-        let (tx, started) = mpsc::unbounded_channel();
-        let gate = Arc::clone(gate);
-        let queue = Queue::table(Table::new(&t))
-            .advisory_lock()
-            .workers(4)
-            .attempt("attempt")
-            .handler(move |d: Delivery<DB>| {
-                let _ = tx.send(d.id());
-                let gate = Arc::clone(&gate);
-                async move {
-                    gate.acquire().await.expect("never closed").forget();
-                    Outcome::ack()
-                }
-            });
-        let runner = Runner::new(pool)
-            .poll_interval(Duration::from_millis(50))
-            .mount(queue);
-        (runner, started)
-    };
+    let t = rows_of(&mut ctx, &["a", "b", "c", "d"]).await;
     let (first_gate, second_gate) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
-    let (first, mut first_started) = gated(ctx.pool(6).await, &first_gate);
-    let first = first.start().await.unwrap();
+    let (first, mut first_started) = gated(ctx.pool(6).await, &t, 4, &first_gate).await;
     let mut first_ids = Vec::new();
     for _ in 0..4 {
-        first_ids.push(recv(&mut first_started, "the first runner's four deliveries", 30).await);
+        first_ids.push(
+            recv(&mut first_started, "the first runner's four deliveries", 30)
+                .await
+                .0,
+        );
     }
     assert!(
         keys::end_sessions(&ctx, &t).await > 0,
         "a session held the keys"
     );
-    let (second, mut second_started) = gated(ctx.pool(6).await, &second_gate);
-    let second = second.start().await.unwrap();
+    let (second, mut second_started) = gated(ctx.pool(6).await, &t, 4, &second_gate).await;
     let mut second_ids = Vec::new();
     for _ in 0..4 {
-        second_ids.push(recv(&mut second_started, "the freed rows delivered again", 30).await);
+        second_ids.push(
+            recv(&mut second_started, "the freed rows delivered again", 30)
+                .await
+                .0,
+        );
     }
     first_ids.sort_unstable();
     second_ids.sort_unstable();

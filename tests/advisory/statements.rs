@@ -13,6 +13,7 @@ use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{EnvFilter, Targets};
 use tracing_subscriber::layer::{Context, SubscriberExt as _};
 
+use crate::ahead::{deleting_the_first, rows_of};
 use crate::keys;
 use crate::support::{Ctx, Spec, TestDb, report, wait_for};
 
@@ -401,25 +402,11 @@ pub(crate) async fn a_row_deleted_during_the_claim_is_passed_over_and_its_key_re
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let t = ctx
-        .table(Spec {
-            attempt: true,
-            ..Spec::default()
-        })
-        .await;
     // The one worker's first claim wants four rows (one for it, three ahead of it): five, so
     // that it takes as many keys as it wanted and one more for the deleted row's place.
     let payloads = ["deleted", "second", "third", "fourth", "fifth"];
-    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
-        .await
-        .unwrap();
-    let mut deleting = ctx.pool.begin().await.unwrap();
-    let delete = match DB::LABEL {
-        "postgres" => format!("DELETE FROM {t} WHERE id = (SELECT MIN(id) FROM {t})"),
-        _ => format!("DELETE FROM {t} ORDER BY id LIMIT 1"),
-    };
-    DB::exec_on(&mut deleting, &delete).await.unwrap();
+    let t = rows_of(&mut ctx, &payloads).await;
+    let deleting = deleting_the_first(&ctx, &t).await;
     watch(&t);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let recorded = Arc::clone(&seen);
