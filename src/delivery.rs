@@ -6,10 +6,11 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
+mod cancel;
 
 use crate::backend::{Backend, HeldConn};
 use crate::table::Headers;
+pub(crate) use cancel::Cancel;
 
 mod sealed {
     pub trait Sealed {}
@@ -82,7 +83,7 @@ pub struct Delivery<DB: Backend, M: Mode = Plain> {
     pub(crate) group: Option<Arc<str>>,
     pub(crate) headers: Headers,
     pub(crate) tx: Option<TxSlot<DB>>,
-    pub(crate) cancel: CancellationToken,
+    pub(crate) cancel: Cancel,
     pub(crate) mode: PhantomData<fn() -> M>,
 }
 
@@ -94,7 +95,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
         group: Option<Arc<str>>,
         headers: Headers,
         tx: Option<TxSlot<DB>>,
-        cancel: CancellationToken,
+        cancel: Cancel,
     ) -> Self {
         Delivery {
             id,
@@ -172,7 +173,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
     /// }
     /// ```
     pub fn cancelled(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.cancel.clone().cancelled_owned()
+        self.cancel.cancelled()
     }
 
     /// Whether the delivery is cancelled already (see [`cancelled`](Delivery::cancelled)).

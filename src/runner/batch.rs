@@ -15,7 +15,6 @@ use tracing::Instrument as _;
 
 use super::cancel;
 use super::claim::{Pace, worker_loops};
-use tokio_util::sync::CancellationToken;
 
 use super::keeper::keep_batch;
 use super::policy;
@@ -23,7 +22,7 @@ use super::queue::Live;
 use super::requests::Entered;
 use super::stats::{Counters, QueueReport};
 use crate::backend::{Backend, ClaimedRow};
-use crate::delivery::{Delivery, Outcome};
+use crate::delivery::{Cancel, Delivery, Outcome};
 use crate::form::Form;
 use crate::handler::CallBatch;
 use crate::table::Dialect;
@@ -149,6 +148,23 @@ where
     }
 }
 
+/// A row of a batch in work: what its settlement needs once the handler returned.
+struct InBatch {
+    id: i64,
+    attempt: u32,
+    /// The outcome the policy settled before the handler saw the row (undecodable, past its
+    /// cap): the row was not handed to the handler.
+    first: Option<Outcome>,
+    /// The row's entry among the deliveries in work: its delivery's cancellation.
+    entered: Entered,
+}
+
+impl AsRef<Cancel> for InBatch {
+    fn as_ref(&self) -> &Cancel {
+        &self.entered.entry.token
+    }
+}
+
 /// Runs one batch to its settlement.
 async fn deliver<DB, F, H>(q: &Live<DB, F>, handler: &H, rows: Vec<ClaimedRow>, mut batch: F::Batch)
 where
@@ -156,42 +172,39 @@ where
     F: Form<DB>,
     H: CallBatch<DB>,
 {
-    let attempts: Vec<u32> = rows.iter().map(policy::attempt).collect();
     let _working = q
         .observe
-        .start_batch(rows.iter().zip(attempts.iter().copied()));
-    // Rows the policy settles before a handler sees them (undecodable, past their cap).
-    let settled_first: Vec<Option<Outcome>> = rows
-        .iter()
-        .zip(&attempts)
-        .map(|(row, attempt)| policy::before_handler(q, row, *attempt))
-        .collect();
+        .start_batch(rows.iter().map(|row| (row, policy::attempt(row))));
     let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-    // Each row's delivery has its own `cancelled()`: a request (or a lease lost) cancels it
-    // alone.
-    let entered: Vec<Entered> = ids.iter().map(|&id| q.requests.enter(id)).collect();
-    let cancel: Vec<CancellationToken> = entered
-        .iter()
-        .map(|entered| entered.entry.token.clone())
-        .collect();
-    let deliveries: Vec<Delivery<DB>> = rows
-        .into_iter()
-        .zip(&attempts)
-        .zip(&settled_first)
-        .zip(&cancel)
-        .filter(|((_, first), _)| first.is_none())
-        .map(|(((row, attempt), _), cancel)| {
-            Delivery::new(
+    // One pass: each row's attempt, its outcome when the policy settles it before a handler
+    // sees it, its entry in work (its delivery's own `cancelled()`: a request, or a lease lost,
+    // cancels it alone), and the delivery handed to the handler.
+    let mut in_batch = Vec::with_capacity(rows.len());
+    let mut deliveries = Vec::with_capacity(rows.len());
+    let mut cancels = Cancel::many(rows.len());
+    for row in rows {
+        let attempt = policy::attempt(&row);
+        let first = policy::before_handler(q, &row, attempt);
+        let cancel = cancels.next().expect("a cancellation per row");
+        let entered = q.requests.enter_with(row.id, cancel);
+        if first.is_none() {
+            deliveries.push(Delivery::new(
                 row.id,
                 row.payload,
-                *attempt,
+                attempt,
                 q.group.clone(),
                 row.headers,
                 None,
-                cancel.clone(),
-            )
-        })
-        .collect();
+                entered.entry.token.clone(),
+            ));
+        }
+        in_batch.push(InBatch {
+            id: row.id,
+            attempt,
+            first,
+            entered,
+        });
+    }
     let handed = deliveries.len();
 
     let every = q.form.extend_batch_every(&batch);
@@ -200,11 +213,12 @@ where
         let handled =
             AssertUnwindSafe(async move { handler.call(deliveries).await }).catch_unwind();
         tokio::pin!(handled);
-        keep_batch(q, &ids, &mut batch, every, handled, &cancel).await
+        keep_batch(q, &ids, &mut batch, every, handled, &in_batch).await
     };
 
     let Some(result) = result else {
-        cancel::batch(q, &ids, batch).await;
+        // Boxed, as below: the rare paths' futures would make every batch's as large.
+        Box::pin(cancel::batch(q, &ids, batch)).await;
         return;
     };
     q.observe.handled(since);
@@ -224,22 +238,20 @@ where
         outcomes.resize(handed, Outcome::retry());
     }
     let mut outcomes = outcomes.into_iter();
-    let settlements: Vec<(i64, Outcome)> = ids
-        .iter()
-        .zip(&attempts)
-        .zip(settled_first)
-        .zip(&entered)
-        .map(|(((&id, &attempt), first), entered)| {
-            let outcome = match first {
+    let settlements: Vec<(i64, Outcome)> = in_batch
+        .iter_mut()
+        .map(|row| {
+            let id = row.id;
+            let outcome = match row.first.take() {
                 Some(outcome) => outcome,
                 None => policy::outcome(
                     q,
                     id,
-                    attempt,
+                    row.attempt,
                     Ok(outcomes.next().unwrap_or_else(Outcome::retry)),
                 ),
             };
-            if entered.entry.requested() {
+            if row.entered.entry.requested() {
                 // Whatever the handler returned for it: the row goes, and its request.
                 tracing::info!(
                     id,
@@ -260,16 +272,16 @@ where
     match settled {
         Ok(results) => {
             let mut removed = Vec::new();
-            for ((&(id, outcome), result), entered) in settlements.iter().zip(results).zip(entered)
-            {
-                if result.is_ok() && entered.entry.requested() {
+            for ((&(id, outcome), result), row) in settlements.iter().zip(results).zip(&in_batch) {
+                if result.is_ok() && row.entered.entry.requested() {
                     removed.push(id);
                 }
                 policy::settled(q, id, outcome, result);
             }
+            drop(in_batch);
             // A request stays while its row does: removed with it.
             for id in removed {
-                q.requests.forget(&q.shared.pool, id).await;
+                Box::pin(q.requests.forget(&q.shared.pool, id)).await;
             }
         }
         Err((row, error)) => {

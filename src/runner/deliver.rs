@@ -214,7 +214,7 @@ async fn call<DB, F, H>(
     hold: &mut F::Hold,
     delivery: Delivery<DB, H::Mode>,
     whole: Option<DB::Row>,
-    cancel: &tokio_util::sync::CancellationToken,
+    cancel: &crate::delivery::Cancel,
 ) -> Kept<Handled, F::Hold>
 where
     DB: Backend,

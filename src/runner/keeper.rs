@@ -6,11 +6,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::queue::Live;
 use super::stats::Counters;
 use crate::backend::Backend;
+use crate::delivery::Cancel;
 use crate::form::{Form, GRACE};
 
 /// What keeping a handler gave: its result, or `None` when cancelled at the shutdown timeout,
@@ -67,7 +67,7 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
     id: i64,
     hold: &mut F::Hold,
     mut handled: Pin<&mut impl Future<Output = T>>,
-    cancel: &CancellationToken,
+    cancel: &Cancel,
 ) -> Kept<T, F::Hold> {
     let abort = &q.shared.abort;
     let Some((every, since)) = q.form.extend_every(hold) else {
@@ -170,10 +170,10 @@ pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
     batch: &mut F::Batch,
     every: Option<(Duration, Instant)>,
     mut handled: Pin<&mut impl Future<Output = T>>,
-    cancel: &[CancellationToken],
+    cancel: &[impl AsRef<Cancel>],
 ) -> Option<T> {
     let abort = &q.shared.abort;
-    let cancel_all = || cancel.iter().for_each(CancellationToken::cancel);
+    let cancel_all = || cancel.iter().for_each(|token| token.as_ref().cancel());
     let mut next = every.map(|(every, since)| since + every);
     loop {
         tokio::select! {
@@ -197,13 +197,13 @@ pub(super) async fn keep_batch<DB: Backend, F: Form<DB>, T>(
             }
         };
         let lost = ids.iter().zip(cancel).filter(|(id, _)| lost.contains(id));
-        for (&id, token) in lost.filter(|(_, token)| !token.is_cancelled()) {
+        for (&id, token) in lost.filter(|(_, token)| !token.as_ref().is_cancelled()) {
             tracing::warn!(
                 id,
                 "lease lost while the batch was running (its job cancelled, or its lease expired \
                  and taken): its delivery is cancelled"
             );
-            token.cancel();
+            token.as_ref().cancel();
         }
         next = every.map(|(every, _)| Instant::now() + every.max(Duration::from_millis(5)));
     }

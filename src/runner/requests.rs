@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{self, Backend};
 use crate::config::QueueConfig;
+use crate::delivery::Cancel;
 use crate::dialect::{self, Args, Names, REQUESTED_IDS, RequestSql, SWEPT, Stmt};
 use crate::error::{Error, Result};
 
@@ -42,7 +43,7 @@ pub(super) struct Requests {
 /// One delivery in work: its cancellation, and whether a request caused it.
 #[derive(Debug, Default)]
 pub(super) struct InWork {
-    pub(super) token: CancellationToken,
+    pub(super) token: Cancel,
     requested: AtomicBool,
 }
 
@@ -93,10 +94,25 @@ impl Requests {
     /// Enters row `id` in work until the guard is dropped (where the queue keeps its deliveries:
     /// elsewhere the entry is the delivery's alone).
     pub(super) fn enter(self: &Arc<Self>, id: i64) -> Entered {
-        let entry = Arc::new(InWork::default());
-        if self.kept {
-            self.lock().insert(id, Arc::clone(&entry));
-        }
+        self.enter_with(id, Cancel::default())
+    }
+
+    /// [`enter`](Self::enter), with the delivery's cancellation made by the caller (a batch's
+    /// deliveries share one allocation).
+    pub(super) fn enter_with(self: &Arc<Self>, id: i64, token: Cancel) -> Entered {
+        let work = InWork {
+            token,
+            requested: AtomicBool::new(false),
+        };
+        let entry = match self.kept {
+            true => {
+                let entry = Arc::new(work);
+                self.lock().insert(id, Arc::clone(&entry));
+                Entry::Kept(entry)
+            }
+            // The delivery's alone: no allocation of its own.
+            false => Entry::Own(work),
+        };
         Entered {
             requests: Arc::clone(self),
             id,
@@ -139,17 +155,36 @@ impl Requests {
 pub(super) struct Entered {
     requests: Arc<Requests>,
     id: i64,
-    pub(super) entry: Arc<InWork>,
+    pub(super) entry: Entry,
+}
+
+/// An entry in work: shared with the queue's map where the queue keeps its deliveries, else the
+/// delivery's own.
+#[derive(Debug)]
+pub(super) enum Entry {
+    Kept(Arc<InWork>),
+    Own(InWork),
+}
+
+impl std::ops::Deref for Entry {
+    type Target = InWork;
+
+    fn deref(&self) -> &InWork {
+        match self {
+            Entry::Kept(entry) => entry,
+            Entry::Own(entry) => entry,
+        }
+    }
 }
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        if self.requests.kept {
+        if let Entry::Kept(kept) = &self.entry {
             let mut in_work = self.requests.lock();
             // A later claim of the row (settled, then claimed again) may have entered it anew.
             if in_work
                 .get(&self.id)
-                .is_some_and(|entry| Arc::ptr_eq(entry, &self.entry))
+                .is_some_and(|entry| Arc::ptr_eq(entry, kept))
             {
                 in_work.remove(&self.id);
             }
