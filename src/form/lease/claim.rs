@@ -81,20 +81,53 @@ impl LeaseForm {
         match self.claim_rows::<DB>(conns, want, excluded).await {
             Ok((rows, token)) => Ok(rows.into_iter().map(|row| (row, token)).collect()),
             Err(error) if want > 1 && is_row_error(&error) => {
-                let mut claimed = Vec::new();
-                while claimed.len() < want {
-                    match self.claim_rows::<DB>(conns, 1, excluded).await {
-                        Ok((rows, token)) if !rows.is_empty() => {
-                            claimed.extend(rows.into_iter().map(|row| (row, token)));
-                        }
-                        Ok(_) => break,
-                        Err(error) if claimed.is_empty() => return Err(error),
-                        Err(_) => break,
-                    }
-                }
-                Ok(claimed)
+                self.claim_one_by_one::<DB>(conns, want, excluded).await
             }
             Err(error) => Err(error),
         }
+    }
+
+    /// [`claim_each`](Self::claim_each) for a batch: its rows, and the tokens they carry (one
+    /// claim's rows carry one).
+    pub(super) async fn claim_batch_rows<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        want: usize,
+        excluded: &[i64],
+    ) -> Result<(Vec<ClaimedRow>, Vec<Token>), sqlx::Error> {
+        match self.claim_rows::<DB>(conns, want, excluded).await {
+            Ok((rows, token)) => {
+                let tokens = vec![token; rows.len()];
+                Ok((rows, tokens))
+            }
+            Err(error) if want > 1 && is_row_error(&error) => Ok(self
+                .claim_one_by_one::<DB>(conns, want, excluded)
+                .await?
+                .into_iter()
+                .unzip()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// After a claim of many rows failed on one row's own error: up to `want` rows claimed
+    /// one at a time, until a claim fails or finds none.
+    async fn claim_one_by_one<DB: Backend>(
+        &self,
+        conns: &Conns<DB>,
+        want: usize,
+        excluded: &[i64],
+    ) -> Result<Vec<(ClaimedRow, Token)>, sqlx::Error> {
+        let mut claimed = Vec::new();
+        while claimed.len() < want {
+            match self.claim_rows::<DB>(conns, 1, excluded).await {
+                Ok((rows, token)) if !rows.is_empty() => {
+                    claimed.extend(rows.into_iter().map(|row| (row, token)));
+                }
+                Ok(_) => break,
+                Err(error) if claimed.is_empty() => return Err(error),
+                Err(_) => break,
+            }
+        }
+        Ok(claimed)
     }
 }

@@ -107,11 +107,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         size: usize,
         excluded: &[i64],
     ) -> Result<(Vec<ClaimedRow>, Vec<Token>), ClaimFailed> {
-        Ok(self
-            .claim_each::<DB>(conns, size, excluded)
-            .await?
-            .into_iter()
-            .unzip())
+        Ok(self.claim_batch_rows::<DB>(conns, size, excluded).await?)
     }
 
     async fn next(&self, conns: &Conns<DB>, excluded: &[i64]) -> Result<Option<i64>, sqlx::Error> {
@@ -283,24 +279,38 @@ impl<DB: Backend> Form<DB> for LeaseForm {
                 && self.checked.custom.get(outcome.0).is_none()
         };
         let mut results: Vec<Option<Result<()>>> = rows.iter().map(|_| None).collect();
-        let acks: Vec<(usize, i64, DateTime<Utc>)> = rows
-            .iter()
-            .enumerate()
-            .filter(|(_, (_, _, outcome))| grouped(*outcome))
-            .map(|(i, (id, hold, _))| (i, *id, hold.token))
-            .collect();
-        for chunk in acks.chunks(MAX_FINISH) {
-            let items: Vec<(i64, DateTime<Utc>)> =
-                chunk.iter().map(|(_, id, token)| (*id, *token)).collect();
-            match self.finish_many::<DB>(conns, &items).await {
+        let chunk = rows.len().min(MAX_FINISH);
+        let (mut at, mut ids, mut tokens) = (
+            Vec::with_capacity(chunk),
+            Vec::with_capacity(chunk),
+            Vec::with_capacity(chunk),
+        );
+        let mut next = 0;
+        loop {
+            at.clear();
+            ids.clear();
+            tokens.clear();
+            while next < rows.len() && at.len() < MAX_FINISH {
+                let (id, hold, outcome) = &rows[next];
+                if grouped(*outcome) {
+                    at.push(next);
+                    ids.push(*id);
+                    tokens.push(hold.token);
+                }
+                next += 1;
+            }
+            if at.is_empty() {
+                break;
+            }
+            match self.finish_many::<DB>(conns, &ids, &tokens).await {
                 Ok(settled) => {
-                    for ((i, id, _), settled) in chunk.iter().zip(settled) {
-                        results[*i] = Some(if settled { Ok(()) } else { Err(self.lost(*id)) });
+                    for ((&i, &id), settled) in at.iter().zip(&ids).zip(settled) {
+                        results[i] = Some(if settled { Ok(()) } else { Err(self.lost(id)) });
                     }
                 }
                 Err(error) => {
                     // Each row again on its own, so each gets its own answer.
-                    tracing::warn!(%error, rows = chunk.len(), "grouped acknowledgement failed");
+                    tracing::warn!(%error, rows = ids.len(), "grouped acknowledgement failed");
                 }
             }
         }
@@ -308,7 +318,14 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         for ((id, hold, outcome), result) in rows.into_iter().zip(results) {
             settled.push(match result {
                 Some(result) => result,
-                None => <Self as Form<DB>>::settle(self, conns, id, hold, outcome, None).await,
+                // Boxed: a settlement of its own (a retry, a custom statement's) is not the
+                // common case, and its future would make every settlement's as large.
+                None => {
+                    Box::pin(<Self as Form<DB>>::settle(
+                        self, conns, id, hold, outcome, None,
+                    ))
+                    .await
+                }
             });
         }
         settled

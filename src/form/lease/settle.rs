@@ -13,6 +13,14 @@ use crate::form::{
     Conns, execute, fetch_i64s, in_transaction, no_dead_letter, no_retry_after, on_conn,
 };
 
+/// Which rows of a settlement of many it settled.
+enum SettledIds {
+    /// Every one.
+    All,
+    /// These.
+    These(Vec<i64>),
+}
+
 /// The ids of `args` that a settlement of one token without `RETURNING` settled, from the
 /// count of rows it `changed` (a table that deletes its finished rows): every id when it
 /// counted one row per id; else those gone from the table (`present` reads the others, which
@@ -23,12 +31,16 @@ async fn settled_by_count<DB: Backend>(
     present: &Stmt,
     args: &Args<'_>,
     changed: u64,
-) -> Result<Vec<i64>, sqlx::Error> {
+) -> Result<SettledIds, sqlx::Error> {
+    // A row is settled once: a count of one per id says every id was distinct and settled.
+    if changed == args.ids.len() as u64 {
+        return Ok(SettledIds::All);
+    }
     let mut ids = args.ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
     if changed == ids.len() as u64 {
-        return Ok(ids);
+        return Ok(SettledIds::These(ids));
     }
     let left = fetch_i64s::<DB>(conn, present, args).await?;
     ids.retain(|id| !left.contains(id));
@@ -39,7 +51,7 @@ async fn settled_by_count<DB: Backend>(
              their lease ran out); they count as settled"
         );
     }
-    Ok(ids)
+    Ok(SettledIds::These(ids))
 }
 
 impl LeaseForm {
@@ -67,11 +79,12 @@ impl LeaseForm {
     pub(super) async fn finish_many<DB: Backend>(
         &self,
         conns: &Conns<DB>,
-        items: &[(i64, DateTime<Utc>)],
+        ids: &[i64],
+        tokens: &[DateTime<Utc>],
     ) -> Result<Vec<bool>, sqlx::Error> {
-        debug_assert!(!items.is_empty() && items.len() <= MAX_FINISH);
+        debug_assert!(!ids.is_empty() && ids.len() <= MAX_FINISH && ids.len() == tokens.len());
         let now = Some(self.checked.clock.now());
-        if let [(id, token)] = items {
+        if let ([id], [token]) = (ids, tokens) {
             // One row: its own guarded statement, one round trip (not a transaction's four on
             // MySQL), with no lists to build.
             let args = Args {
@@ -86,16 +99,14 @@ impl LeaseForm {
             .await?;
             return Ok(vec![changed > 0]);
         }
-        let ids: Vec<i64> = items.iter().map(|(id, _)| *id).collect();
-        let tokens: Vec<DateTime<Utc>> = items.iter().map(|(_, token)| *token).collect();
         let args = Args {
-            ids: &ids,
-            tokens: &tokens,
+            ids,
+            tokens,
             now,
             ..Args::default()
         };
         // The rows of one claim carry one token: bound once.
-        let one_token = match (&self.sql.finish_one_token, &tokens[..]) {
+        let one_token = match (&self.sql.finish_one_token, tokens) {
             (Some(statements), [first, rest @ ..]) if rest.iter().all(|t| t == first) => {
                 Some((statements, *first))
             }
@@ -110,14 +121,16 @@ impl LeaseForm {
                     };
                     let finish = one.finish.for_len(ids.len());
                     let Some(present) = &one.present else {
-                        return fetch_i64s::<DB>(conn, finish, &args).await;
+                        return Ok(SettledIds::These(
+                            fetch_i64s::<DB>(conn, finish, &args).await?,
+                        ));
                     };
                     let changed = execute::<DB>(conn, finish, &args).await?;
                     settled_by_count::<DB>(conn, present.for_len(ids.len()), &args, changed).await
                 }
-                (FinishMany::Returning(statements), None) => {
-                    fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await
-                }
+                (FinishMany::Returning(statements), None) => Ok(SettledIds::These(
+                    fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await?,
+                )),
                 (FinishMany::LockThenFinish { held, finish }, None) => {
                     in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
                         let held = fetch_i64s::<DB>(tx, held.for_len(ids.len()), &args).await?;
@@ -125,14 +138,22 @@ impl LeaseForm {
                             let args = Args { ids: &held, ..args };
                             execute::<DB>(tx, finish.for_len(held.len()), &args).await?;
                         }
-                        Ok(held)
+                        Ok(SettledIds::These(held))
                     })
                     .await
                 }
             }
         })
         .await?;
-        Ok(ids.iter().map(|id| settled.contains(id)).collect())
+        Ok(match settled {
+            SettledIds::All => vec![true; ids.len()],
+            SettledIds::These(mut these) => {
+                these.sort_unstable();
+                ids.iter()
+                    .map(|id| these.binary_search(id).is_ok())
+                    .collect()
+            }
+        })
     }
 
     /// Releases the lease of row `id` (a delivery that will not be settled): the row is
