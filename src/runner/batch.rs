@@ -217,8 +217,7 @@ where
     };
 
     let Some(result) = result else {
-        // Boxed, as below: the rare paths' futures would make every batch's as large.
-        Box::pin(cancel::batch(q, &ids, batch)).await;
+        cancel::batch(q, &ids, batch).await;
         return;
     };
     q.observe.handled(since);
@@ -281,7 +280,7 @@ where
             drop(in_batch);
             // A request stays while its row does: removed with it.
             for id in removed {
-                Box::pin(q.requests.forget(&q.shared.pool, id)).await;
+                q.requests.forget(&q.shared.pool, id).await;
             }
         }
         Err((row, error)) => {

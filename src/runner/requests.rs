@@ -41,7 +41,7 @@ pub(super) struct Requests {
 }
 
 /// One delivery in work: its cancellation, and whether a request caused it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct InWork {
     pub(super) token: Cancel,
     requested: AtomicBool,
@@ -108,16 +108,12 @@ impl Requests {
             true => {
                 let entry = Arc::new(work);
                 self.lock().insert(id, Arc::clone(&entry));
-                Entry::Kept(entry)
+                Entry::Kept(entry, Arc::clone(self))
             }
             // The delivery's alone: no allocation of its own.
             false => Entry::Own(work),
         };
-        Entered {
-            requests: Arc::clone(self),
-            id,
-            entry,
-        }
+        Entered { id, entry }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<InWork>>> {
@@ -153,16 +149,15 @@ impl Requests {
 /// A row's entry in its queue's deliveries in work, until dropped.
 #[derive(Debug)]
 pub(super) struct Entered {
-    requests: Arc<Requests>,
     id: i64,
     pub(super) entry: Entry,
 }
 
-/// An entry in work: shared with the queue's map where the queue keeps its deliveries, else the
-/// delivery's own.
+/// An entry in work: shared with the queue's map where the queue keeps its deliveries (with the
+/// map, to leave it when dropped), else the delivery's own.
 #[derive(Debug)]
 pub(super) enum Entry {
-    Kept(Arc<InWork>),
+    Kept(Arc<InWork>, Arc<Requests>),
     Own(InWork),
 }
 
@@ -171,7 +166,7 @@ impl std::ops::Deref for Entry {
 
     fn deref(&self) -> &InWork {
         match self {
-            Entry::Kept(entry) => entry,
+            Entry::Kept(entry, _) => entry,
             Entry::Own(entry) => entry,
         }
     }
@@ -179,8 +174,8 @@ impl std::ops::Deref for Entry {
 
 impl Drop for Entered {
     fn drop(&mut self) {
-        if let Entry::Kept(kept) = &self.entry {
-            let mut in_work = self.requests.lock();
+        if let Entry::Kept(kept, requests) = &self.entry {
+            let mut in_work = requests.lock();
             // A later claim of the row (settled, then claimed again) may have entered it anew.
             if in_work
                 .get(&self.id)

@@ -67,29 +67,13 @@ impl LeaseForm {
         Ok((rows, hold))
     }
 
-    /// Claims up to `want` rows, each with the token it carries. A claim of many rows that one
-    /// row's own failure fails (a constraint refusing its attempt count) names no row, and the
-    /// first row in claim order, which the runner would hold back, may be innocent: the rows are
-    /// then claimed one at a time, so those ahead of the failing row are delivered, and the next
-    /// claim, failing on its first row, names the right one.
+    /// Claims up to `want` rows: the rows, and the token each carries (one claim's rows carry
+    /// one). A claim of many rows that one row's own failure fails (a constraint refusing its
+    /// attempt count) names no row, and the first row in claim order, which the runner would
+    /// hold back, may be innocent: the rows are then claimed one at a time, so those ahead of
+    /// the failing row are delivered, and the next claim, failing on its first row, names the
+    /// right one.
     pub(super) async fn claim_each<DB: Backend>(
-        &self,
-        conns: &Conns<DB>,
-        want: usize,
-        excluded: &[i64],
-    ) -> Result<Vec<(ClaimedRow, Token)>, sqlx::Error> {
-        match self.claim_rows::<DB>(conns, want, excluded).await {
-            Ok((rows, token)) => Ok(rows.into_iter().map(|row| (row, token)).collect()),
-            Err(error) if want > 1 && is_row_error(&error) => {
-                self.claim_one_by_one::<DB>(conns, want, excluded).await
-            }
-            Err(error) => Err(error),
-        }
-    }
-
-    /// [`claim_each`](Self::claim_each) for a batch: its rows, and the tokens they carry (one
-    /// claim's rows carry one).
-    pub(super) async fn claim_batch_rows<DB: Backend>(
         &self,
         conns: &Conns<DB>,
         want: usize,
@@ -100,11 +84,9 @@ impl LeaseForm {
                 let tokens = vec![token; rows.len()];
                 Ok((rows, tokens))
             }
-            Err(error) if want > 1 && is_row_error(&error) => Ok(self
-                .claim_one_by_one::<DB>(conns, want, excluded)
-                .await?
-                .into_iter()
-                .unzip()),
+            Err(error) if want > 1 && is_row_error(&error) => {
+                self.claim_one_by_one::<DB>(conns, want, excluded).await
+            }
             Err(error) => Err(error),
         }
     }
@@ -116,18 +98,19 @@ impl LeaseForm {
         conns: &Conns<DB>,
         want: usize,
         excluded: &[i64],
-    ) -> Result<Vec<(ClaimedRow, Token)>, sqlx::Error> {
-        let mut claimed = Vec::new();
+    ) -> Result<(Vec<ClaimedRow>, Vec<Token>), sqlx::Error> {
+        let (mut claimed, mut tokens) = (Vec::new(), Vec::new());
         while claimed.len() < want {
             match self.claim_rows::<DB>(conns, 1, excluded).await {
                 Ok((rows, token)) if !rows.is_empty() => {
-                    claimed.extend(rows.into_iter().map(|row| (row, token)));
+                    tokens.extend(rows.iter().map(|_| token));
+                    claimed.extend(rows);
                 }
                 Ok(_) => break,
                 Err(error) if claimed.is_empty() => return Err(error),
                 Err(_) => break,
             }
         }
-        Ok(claimed)
+        Ok((claimed, tokens))
     }
 }

@@ -98,7 +98,8 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         _: (usize, usize),
         excluded: &(dyn Fn() -> Vec<i64> + Sync),
     ) -> Result<Vec<(ClaimedRow, Token)>, ClaimFailed> {
-        Ok(self.claim_each::<DB>(conns, want, &excluded()).await?)
+        let (rows, tokens) = self.claim_each::<DB>(conns, want, &excluded()).await?;
+        Ok(rows.into_iter().zip(tokens).collect())
     }
 
     async fn claim_batch(
@@ -107,7 +108,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         size: usize,
         excluded: &[i64],
     ) -> Result<(Vec<ClaimedRow>, Vec<Token>), ClaimFailed> {
-        Ok(self.claim_batch_rows::<DB>(conns, size, excluded).await?)
+        Ok(self.claim_each::<DB>(conns, size, excluded).await?)
     }
 
     async fn next(&self, conns: &Conns<DB>, excluded: &[i64]) -> Result<Option<i64>, sqlx::Error> {
@@ -318,14 +319,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         for ((id, hold, outcome), result) in rows.into_iter().zip(results) {
             settled.push(match result {
                 Some(result) => result,
-                // Boxed: a settlement of its own (a retry, a custom statement's) is not the
-                // common case, and its future would make every settlement's as large.
-                None => {
-                    Box::pin(<Self as Form<DB>>::settle(
-                        self, conns, id, hold, outcome, None,
-                    ))
-                    .await
-                }
+                None => <Self as Form<DB>>::settle(self, conns, id, hold, outcome, None).await,
             });
         }
         settled
