@@ -47,9 +47,12 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
     use sqlx::Row as _;
     let rows = DB::fetch_all(conn, query).await?;
-    rows.iter()
-        .map(|row| claimed_row::<DB>(row, columns, row.len()))
-        .collect()
+    // Sized once: a list grown row by row reallocates twice for a batch of 16.
+    let mut claimed = Vec::with_capacity(rows.len());
+    for row in &rows {
+        claimed.push(claimed_row::<DB>(row, columns, row.len())?);
+    }
+    Ok(claimed)
 }
 
 /// One claimed row of a claim statement's result, whose first `len` columns are the row's (a

@@ -279,7 +279,8 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             matches!(outcome.0, Settle::Ack | Settle::Drop)
                 && self.checked.custom.get(outcome.0).is_none()
         };
-        let mut results: Vec<Option<Result<()>>> = rows.iter().map(|_| None).collect();
+        // Per row, once its group's statement answered: whether it still carried its token.
+        let mut grouped_settled: Vec<Option<bool>> = vec![None; rows.len()];
         let chunk = rows.len().min(MAX_FINISH);
         let (mut at, mut ids, mut tokens) = (
             Vec::with_capacity(chunk),
@@ -305,8 +306,8 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             }
             match self.finish_many::<DB>(conns, &ids, &tokens).await {
                 Ok(settled) => {
-                    for ((&i, &id), settled) in at.iter().zip(&ids).zip(settled) {
-                        results[i] = Some(if settled { Ok(()) } else { Err(self.lost(id)) });
+                    for (&i, settled) in at.iter().zip(settled) {
+                        grouped_settled[i] = Some(settled);
                     }
                 }
                 Err(error) => {
@@ -316,9 +317,10 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             }
         }
         let mut settled = Vec::with_capacity(rows.len());
-        for ((id, hold, outcome), result) in rows.into_iter().zip(results) {
-            settled.push(match result {
-                Some(result) => result,
+        for ((id, hold, outcome), grouped) in rows.into_iter().zip(grouped_settled) {
+            settled.push(match grouped {
+                Some(true) => Ok(()),
+                Some(false) => Err(self.lost(id)),
                 None => <Self as Form<DB>>::settle(self, conns, id, hold, outcome, None).await,
             });
         }
