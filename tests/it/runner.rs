@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::support::{
     Ctx, INTENDED_PANIC, Spec, TestDb, intended_panics_without_backtrace, recv, wait_for,
@@ -54,23 +54,36 @@ pub(crate) async fn two_runners_of_four_workers_handle_every_row_exactly_once<DB
     );
 
     let handled: Arc<Mutex<HashMap<i64, u32>>> = Arc::default();
-    let queue = |handled: Arc<Mutex<HashMap<i64, u32>>>| {
+    // A runner's handlers wait (at most 30 s) until the other runner has handled a row too, so
+    // that the one started first cannot drain the table before the other has started (it did,
+    // 1,000 rows, on a machine where MariaDB drains them in well under a second).
+    let started: Arc<[watch::Sender<bool>; 2]> =
+        Arc::new([watch::Sender::new(false), watch::Sender::new(false)]);
+    let queue = |who: usize, handled: Arc<Mutex<HashMap<i64, u32>>>| {
+        let started = Arc::clone(&started);
         Queue::table(jobs(&t))
             .lease("locked_until")
             .attempt("attempt")
             .workers(4)
             .handler(move |d: Delivery<DB>| {
                 *handled.lock().unwrap().entry(d.id()).or_default() += 1;
-                async { Outcome::ack() }
+                let started = Arc::clone(&started);
+                async move {
+                    started[who].send_replace(true);
+                    let mut other = started[1 - who].subscribe();
+                    let both = other.wait_for(|handled| *handled);
+                    let _ = tokio::time::timeout(Duration::from_secs(30), both).await;
+                    Outcome::ack()
+                }
             })
     };
     let first = runner(&ctx)
-        .mount(queue(Arc::clone(&handled)))
+        .mount(queue(0, Arc::clone(&handled)))
         .start()
         .await
         .unwrap();
     let second = runner(&ctx)
-        .mount(queue(Arc::clone(&handled)))
+        .mount(queue(1, Arc::clone(&handled)))
         .start()
         .await
         .unwrap();

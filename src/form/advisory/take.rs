@@ -29,23 +29,26 @@ impl AdvisoryForm {
         // One statement takes every key: keys are re-entrant on PostgreSQL and MySQL/MariaDB, so
         // a second statement would take again the keys of rows the first took, still claimable.
         let floor = self.checked.floor.start();
-        let (mut ids, mut rows) = match self.lock_take_stmt(conn.holds_keys(), excluded) {
+        let (mut ids, mut rows, mut full) = match self.lock_take_stmt(conn.holds_keys(), excluded) {
             Some(stmt) => {
-                self.lock_take::<DB>(conn, stmt, want, now, floor, excluded)
-                    .await?
+                let (ids, rows) = self
+                    .lock_take::<DB>(conn, stmt, want, now, floor, excluded)
+                    .await?;
+                let full = ids.len() == want;
+                (ids, rows, full)
             }
             None => {
-                let ids = self.lock::<DB>(conn, want, now, floor, excluded).await?;
+                let (ids, full) = self.lock::<DB>(conn, want, now, floor, excluded).await?;
                 let rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
-                (ids, rows)
+                (ids, rows, full)
             }
         };
         self.checked.floor.claimed(floor, want, ids.iter().copied());
-        let mut full = ids.len() == want;
-        // Rows settled by another session since the statement's snapshot leave places a claim
-        // that found enough rows fills again, passing over every row whose key it took — those
-        // it holds, whose keys are re-entrant, and those settled, whose keys it gave back (a
-        // claim short of its rows would make its queue wait for the poll with rows ready): by
+        // Rows settled by another session since the statement's snapshot (or, SQLite, rows
+        // whose keys another claim of this process took since it counted them) leave places a
+        // claim that found enough rows fills again, passing over every row whose key it took —
+        // those it holds, whose keys are re-entrant, and those settled, whose keys it gave back
+        // (a claim short of its rows would make its queue wait for the poll with rows ready): by
         // their ids, or, a list too long for the statement, from above the largest (claims in
         // id order: the rows below it not taken were another session's, or not claimable).
         for _ in 0..Self::REFILLS {
@@ -62,8 +65,8 @@ impl AdvisoryForm {
                 }
                 _ => break,
             };
-            let more = self.lock::<DB>(conn, short, now, from, &skip).await?;
-            full = more.len() == short;
+            let more;
+            (more, full) = self.lock::<DB>(conn, short, now, from, &skip).await?;
             ids.extend(&more);
             let read = self.read_taken::<DB>(conn, &more, &ids, &rows, now).await?;
             rows.extend(read);
@@ -109,7 +112,7 @@ impl AdvisoryForm {
             Err(error) if is_row_error(&error) => {
                 self.unlock_all::<DB>(conn).await?;
                 conn.release_key(Key::Pending);
-                let ids = self.lock::<DB>(conn, want, now, floor, excluded).await?;
+                let (ids, _) = self.lock::<DB>(conn, want, now, floor, excluded).await?;
                 let rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
                 return Ok((ids, rows));
             }
@@ -187,7 +190,9 @@ impl AdvisoryForm {
     }
 
     /// Takes the keys of up to `want` claimable rows without waiting, from id `floor` up
-    /// ([`Floor`](crate::form::floor::Floor)): the ids whose keys `conn` now holds.
+    /// ([`Floor`](crate::form::floor::Floor)): the ids whose keys `conn` now holds, and whether
+    /// more rows may be claimable than it took (it found as many as it looked for: `false`
+    /// when it took fewer than `want` because there were no more).
     async fn lock<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
@@ -195,22 +200,26 @@ impl AdvisoryForm {
         now: DateTime<Utc>,
         floor: Option<i64>,
         excluded: &[i64],
-    ) -> Result<Vec<i64>, sqlx::Error> {
+    ) -> Result<(Vec<i64>, bool), sqlx::Error> {
         let args = self.lock_args(want, now, floor, excluded);
         match self.keys {
             Keys::InProcess { table } => {
-                // SQLite's keys are held in this process: list past the ones it holds.
-                let held = in_process::count(table);
+                // SQLite's keys are held in this process: `want` rows past those it holds keys
+                // of have `want` free ones, unless another claim took some since the count (the
+                // list then came back full: the caller lists again). Each row listed costs the
+                // client ~2,700 instructions: twice as many made a batch of 16 cost 8% more.
+                let limit = want + in_process::count(table);
                 let args = Args {
-                    limit: i64::try_from(want * 2 + 2 + held).unwrap_or(i64::MAX),
+                    limit: i64::try_from(limit).unwrap_or(i64::MAX),
                     ..args
                 };
                 let candidates = match excluded {
                     [] => &self.sql.candidates,
                     _ => &self.sql.candidates_excluding,
                 };
+                let listed = fetch_i64s::<DB>(conn, candidates, &args).await?;
                 let mut taken = Vec::with_capacity(want);
-                for id in fetch_i64s::<DB>(conn, candidates, &args).await? {
+                for &id in &listed {
                     if taken.len() == want {
                         break;
                     }
@@ -219,7 +228,7 @@ impl AdvisoryForm {
                         taken.push(id);
                     }
                 }
-                Ok(taken)
+                Ok((taken, listed.len() == limit))
             }
             _ => {
                 let lock = match excluded {
@@ -227,7 +236,7 @@ impl AdvisoryForm {
                     _ => self.sql.lock_many_excluding.as_ref(),
                 };
                 let Some(lock) = lock else {
-                    return Ok(Vec::new());
+                    return Ok((Vec::new(), false));
                 };
                 // Marked first: if the answer is lost, the connection is closed, not reused.
                 conn.hold_key(Key::Pending);
@@ -236,7 +245,8 @@ impl AdvisoryForm {
                     conn.hold_key(Key::Session(*id));
                 }
                 conn.release_key(Key::Pending);
-                Ok(ids)
+                let full = ids.len() == want;
+                Ok((ids, full))
             }
         }
     }
