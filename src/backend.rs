@@ -315,3 +315,5 @@ mod mysql;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(all(test, feature = "sqlite"))]
+pub(crate) use sqlite::scratch;

@@ -83,3 +83,40 @@ impl Driver for Sqlite {
         Ok((version, None))
     }
 }
+
+/// Fresh database files for the crate's own tests.
+#[cfg(test)]
+pub(crate) mod scratch {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use sqlx::SqlitePool;
+    use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+
+    /// A fresh database file in WAL mode, named after `name`, this process and the time.
+    pub(crate) async fn open(name: &str) -> (SqlitePool, PathBuf) {
+        let file = std::env::temp_dir().join(format!(
+            "sqlx-queue-{name}-{}-{:x}.db",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos())
+        ));
+        let options = SqliteConnectOptions::new()
+            .filename(&file)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_secs(10));
+        (SqlitePool::connect_with(options).await.unwrap(), file)
+    }
+
+    /// Closes `pool` and removes its file, with its WAL files.
+    pub(crate) async fn remove(pool: SqlitePool, file: PathBuf) {
+        pool.close().await;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut path = file.clone().into_os_string();
+            path.push(suffix);
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}

@@ -55,6 +55,13 @@ pub(crate) use settle::{Custom, Dead, no_dead_letter, no_retry_after, settlement
 /// timeout.
 pub(crate) const GRACE: Duration = Duration::from_secs(1);
 
+/// What [`Form::settle_batch_and_claim`] gives: the settlement's results (or the batch's
+/// rollback and the row whose statement failed), and the next batch when it claimed one.
+pub(crate) type SettledAndClaimed<DB, F> = (
+    Result<Vec<Result<()>>, (Option<i64>, Error)>,
+    Option<(Vec<ClaimedRow>, <F as Form<DB>>::Batch)>,
+);
+
 /// A claim form of a mounted queue, with its rendered statements.
 pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     /// What holds one claimed row until its delivery settles.
@@ -236,6 +243,28 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
         batch: Self::Batch,
         one_by_one: bool,
     ) -> impl Future<Output = Result<Vec<Result<()>>, (Option<i64>, Error)>> + Send;
+
+    /// Settles a batch as [`settle_batch`](Form::settle_batch) does and, where the form can
+    /// commit both at once, claims the next batch of up to `next` rows in the same transaction
+    /// (the lease form on SQLite: one commit, one wait for the WAL's fsync, where a settlement
+    /// and a claim take two). The settlement's results, and the next batch when this claimed
+    /// one (`None`: the caller claims as usual).
+    fn settle_batch_and_claim(
+        &self,
+        conns: &Conns<DB>,
+        settlements: &[(i64, Outcome)],
+        batch: Self::Batch,
+        one_by_one: bool,
+        next: usize,
+    ) -> impl Future<Output = SettledAndClaimed<DB, Self>> + Send {
+        let _ = next;
+        async move {
+            let settled = self
+                .settle_batch(conns, settlements, batch, one_by_one)
+                .await;
+            (settled, None)
+        }
+    }
 
     /// Releases row `id` unsettled, at once: whether it was still held. A connection whose
     /// release fails is closed, and the server releases what it held.

@@ -33,7 +33,9 @@ use crate::table::Dialect;
 /// turns: MariaDB's lease batches of 16 at 8 workers drained at half a baseline of independent
 /// loops). A worker that found a full batch wakes an idle sibling, so a backlog spreads at once.
 /// On SQLite, whose writers take turns on one lock, the workers' claims take turns in the
-/// process instead (claims side by side only collide there and wait for the lock).
+/// process instead (claims side by side only collide there and wait for the lock), and the
+/// lease form's settlement of a full batch claims the next in its own transaction
+/// ([`Form::settle_batch_and_claim`]): one commit a batch, not two.
 pub(super) async fn run<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>, size: usize) -> QueueReport
 where
     DB: Backend,
@@ -47,14 +49,26 @@ where
     worker_loops(&q, "a batch worker", |_, mut pace| {
         let (q, handler, shared) = (Arc::clone(&q), Arc::clone(&handler), Arc::clone(&shared));
         async move {
+            let mut carried = None;
             while !q.stopping() {
-                match claim_and_deliver(&q, &*handler, size, &shared, &mut pace).await {
+                let turn = claim_and_deliver(&q, &*handler, size, &shared, &mut pace, &mut carried);
+                match turn.await {
                     Turn::Next => {}
                     Turn::Released(back) => return back,
                     Turn::Stop => break,
                 }
             }
-            0
+            // A batch claimed with the last one's settlement, the runner stopped before its turn.
+            match carried {
+                Some((rows, batch)) => {
+                    let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
+                    Counters::add(&q.stats().claimed, ids.len() as u64);
+                    let back = q.form.release_batch(&q.conns, &ids, batch).await;
+                    Counters::add(&q.stats().released, back);
+                    back
+                }
+                None => 0,
+            }
         }
     })
     .await
@@ -68,6 +82,10 @@ struct Workers {
     turns: Option<Mutex<()>>,
 }
 
+/// A batch claimed by the settlement of the one before ([`Form::settle_batch_and_claim`]): the
+/// worker's next turn delivers it without a claim of its own.
+type Carried<DB, F> = Option<(Vec<ClaimedRow>, <F as Form<DB>>::Batch)>;
+
 /// What a worker's loop does after one turn.
 enum Turn {
     /// Claim again.
@@ -79,44 +97,32 @@ enum Turn {
 }
 
 /// One turn of a worker: claims a batch (a batch never waits to be full: it takes what is
-/// claimable now), delivers and settles it, then paces the next claim.
+/// claimable now), or takes the one `carried` from the last settlement, delivers and settles
+/// it, then paces the next claim.
 async fn claim_and_deliver<DB, F, H>(
     q: &Arc<Live<DB, F>>,
     handler: &H,
     size: usize,
     workers: &Workers,
     pace: &mut Pace,
+    carried: &mut Carried<DB, F>,
 ) -> Turn
 where
     DB: Backend,
     F: Form<DB>,
     H: CallBatch<DB>,
 {
-    let excluded = q.quarantine.excluded();
-    // A rate limit grants a token per row, waiting while it grants none.
-    let Some(size) = super::rate::tokens(q, size).await else {
-        return Turn::Stop;
-    };
-    let turn = match &workers.turns {
-        Some(turns) => Some(turns.lock().await),
-        None => None,
-    };
-    let claimed = q.form.claim_batch(&q.conns, size, &excluded).await;
-    drop(turn);
-    let (rows, batch) = match claimed {
-        Ok(claimed) => claimed,
-        Err(failed) => {
-            super::rate::unused(q, size, 0).await;
-            return if pace.failed(q, failed).await {
-                Turn::Next
-            } else {
-                Turn::Stop
-            };
+    let (rows, batch, size) = match carried.take() {
+        Some((rows, batch)) => {
+            Counters::add(&q.stats().claimed, rows.len() as u64);
+            (rows, batch, size)
         }
+        None => match claim(q, size, workers, pace).await {
+            Ok(claimed) => claimed,
+            Err(turn) => return turn,
+        },
     };
     let got = rows.len();
-    Counters::add(&q.stats().claimed, got as u64);
-    super::rate::unused(q, size, got).await;
     if q.stopping() || got == 0 {
         let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
         let back = q.form.release_batch(&q.conns, &ids, batch).await;
@@ -135,10 +141,20 @@ where
         // There may be more: a sibling waiting looks too.
         pace.wake_sibling();
     }
+    // A full batch's settlement claims the next where the form commits both together: more
+    // rows may be waiting. Not where a rate limit grants the rows, or rows are held back (the
+    // claim of a settlement passes over none).
+    let next = match got == size && q.rate.is_none() && q.quarantine.excluded().is_empty() {
+        true => size,
+        false => 0,
+    };
     workers.busy.fetch_add(1, Ordering::Relaxed);
     q.stats().in_work.fetch_add(got as u64, Ordering::Relaxed);
     let span = tracing::info_span!("batch", queue = %q.label, rows = got);
-    deliver(q, handler, rows, batch).instrument(span).await;
+    let turns = workers.turns.as_ref();
+    *carried = deliver(q, handler, rows, batch, next, turns)
+        .instrument(span)
+        .await;
     q.stats().in_work.fetch_sub(got as u64, Ordering::Relaxed);
     workers.busy.fetch_sub(1, Ordering::Relaxed);
     if pace.claimed(q, got == size, false).await {
@@ -146,6 +162,44 @@ where
     } else {
         Turn::Stop
     }
+}
+
+/// A claim of up to `size` rows (fewer where a rate limit grants fewer): the rows, their hold,
+/// and the size asked; or the worker's turn when the claim failed or the runner stopped.
+async fn claim<DB, F>(
+    q: &Arc<Live<DB, F>>,
+    size: usize,
+    workers: &Workers,
+    pace: &mut Pace,
+) -> Result<(Vec<ClaimedRow>, F::Batch, usize), Turn>
+where
+    DB: Backend,
+    F: Form<DB>,
+{
+    let excluded = q.quarantine.excluded();
+    // A rate limit grants a token per row, waiting while it grants none.
+    let Some(size) = super::rate::tokens(q, size).await else {
+        return Err(Turn::Stop);
+    };
+    let turn = match &workers.turns {
+        Some(turns) => Some(turns.lock().await),
+        None => None,
+    };
+    let claimed = q.form.claim_batch(&q.conns, size, &excluded).await;
+    drop(turn);
+    let (rows, batch) = match claimed {
+        Ok(claimed) => claimed,
+        Err(failed) => {
+            super::rate::unused(q, size, 0).await;
+            return Err(match pace.failed(q, failed).await {
+                true => Turn::Next,
+                false => Turn::Stop,
+            });
+        }
+    };
+    Counters::add(&q.stats().claimed, rows.len() as u64);
+    super::rate::unused(q, size, rows.len()).await;
+    Ok((rows, batch, size))
 }
 
 /// A row of a batch in work: what its settlement needs once the handler returned.
@@ -165,8 +219,17 @@ impl AsRef<Cancel> for InBatch {
     }
 }
 
-/// Runs one batch to its settlement.
-async fn deliver<DB, F, H>(q: &Live<DB, F>, handler: &H, rows: Vec<ClaimedRow>, mut batch: F::Batch)
+/// Runs one batch to its settlement; with `next` over 0, the settlement claims up to `next`
+/// rows for the worker's next turn where the form commits both together (taking the claims'
+/// `turns`, SQLite's): that batch, if it claimed one.
+async fn deliver<DB, F, H>(
+    q: &Live<DB, F>,
+    handler: &H,
+    rows: Vec<ClaimedRow>,
+    mut batch: F::Batch,
+    next: usize,
+    turns: Option<&Mutex<()>>,
+) -> Carried<DB, F>
 where
     DB: Backend,
     F: Form<DB>,
@@ -218,7 +281,7 @@ where
 
     let Some(result) = result else {
         cancel::batch(q, &ids, batch).await;
-        return;
+        return None;
     };
     q.observe.handled(since);
     let mut outcomes = policy::unless_panicked(
@@ -262,11 +325,17 @@ where
         })
         .collect();
     let one_by_one = q.quarantine.one_by_one(&ids);
+    let next = if q.stopping() { 0 } else { next };
     let since = q.observe.timer();
-    let settled = q
+    let turn = match turns {
+        Some(turns) if next > 0 => Some(turns.lock().await),
+        _ => None,
+    };
+    let (settled, claimed) = q
         .form
-        .settle_batch(&q.conns, &settlements, batch, one_by_one)
+        .settle_batch_and_claim(&q.conns, &settlements, batch, one_by_one, next)
         .await;
+    drop(turn);
     q.observe.settlement_took(since);
     match settled {
         Ok(results) => {
@@ -298,4 +367,5 @@ where
             }
         }
     }
+    claimed
 }

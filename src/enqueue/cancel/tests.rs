@@ -6,28 +6,15 @@
 use std::time::Duration;
 
 use sqlx::SqlitePool;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 
-use crate::backend::in_process;
+use crate::backend::{in_process, scratch};
 use crate::dialect::{self, KeysAt};
 use crate::table::Dialect;
 use crate::{Cancellation, Job, Table};
 
 /// A fresh database file with a job table `jobs` and its requests' table `cancels`.
 async fn database(name: &str) -> (SqlitePool, std::path::PathBuf) {
-    let file = std::env::temp_dir().join(format!(
-        "sqlx-queue-cancel-{name}-{}-{:x}.db",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos())
-    ));
-    let options = SqliteConnectOptions::new()
-        .filename(&file)
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(Duration::from_secs(10));
-    let pool = SqlitePool::connect_with(options).await.unwrap();
+    let (pool, file) = scratch::open(&format!("cancel-{name}")).await;
     for ddl in [
         "CREATE TABLE jobs (id INTEGER PRIMARY KEY, payload BLOB NOT NULL)",
         "CREATE TABLE cancels (id INTEGER PRIMARY KEY)",
@@ -38,12 +25,7 @@ async fn database(name: &str) -> (SqlitePool, std::path::PathBuf) {
 }
 
 async fn close(pool: SqlitePool, file: std::path::PathBuf) {
-    pool.close().await;
-    for suffix in ["", "-wal", "-shm"] {
-        let mut path = file.clone().into_os_string();
-        path.push(suffix);
-        let _ = std::fs::remove_file(path);
-    }
+    scratch::remove(pool, file).await;
 }
 
 async fn count(pool: &SqlitePool, sql: &'static str) -> i64 {

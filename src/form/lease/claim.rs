@@ -9,6 +9,17 @@ use crate::backend::{Backend, ClaimedRow, is_row_error};
 use crate::dialect::{self, Args, Claim};
 use crate::form::{Conns, execute, fetch_claimed, in_transaction};
 
+/// What a claim's statement took, before it committed.
+pub(super) struct ClaimedRows {
+    rows: Vec<ClaimedRow>,
+    hold: Token,
+    /// The floor it read from, and the rows it asked for ([`Floor::claimed`]).
+    ///
+    /// [`Floor::claimed`]: crate::form::floor::Floor::claimed
+    floor: Option<i64>,
+    asked: usize,
+}
+
 impl LeaseForm {
     /// Claims up to `limit` rows in one committed step, counting their attempt, passing over
     /// the `excluded` ids: the rows, in id order, and the token they all carry.
@@ -18,9 +29,24 @@ impl LeaseForm {
         limit: usize,
         excluded: &[i64],
     ) -> Result<(Vec<ClaimedRow>, Token), sqlx::Error> {
+        let mut conn = conns.get().await?;
+        let claimed = self.claim_rows_on::<DB>(&mut conn, limit, excluded).await;
+        let claimed = conns.checked(claimed)?;
+        conns.put(conn);
+        Ok(self.committed(claimed))
+    }
+
+    /// [`claim_rows`](Self::claim_rows)'s statement on `conn` (in a transaction of the
+    /// caller's, where it settles a batch and claims the next together), which hands what it
+    /// claimed to [`committed`](Self::committed) once that committed.
+    pub(super) async fn claim_rows_on<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        limit: usize,
+        excluded: &[i64],
+    ) -> Result<ClaimedRows, sqlx::Error> {
         let checked = &self.checked;
         // The token is taken once the connection is: a wait for it does not shorten the lease.
-        let mut conn = conns.get().await?;
         let hold = Token {
             token: checked.clock.after(self.duration),
             taken: Instant::now(),
@@ -40,13 +66,11 @@ impl LeaseForm {
             [] => &self.sql.claim,
             _ => &self.sql.claim_excluding,
         };
-        let claimed = match claim {
-            Claim::Returning(stmt) => {
-                fetch_claimed::<DB>(&mut conn, stmt, &args, checked.columns).await
-            }
+        let mut rows = match claim {
+            Claim::Returning(stmt) => fetch_claimed::<DB>(conn, stmt, &args, checked.columns).await,
             Claim::SelectThenUpdate { select, updates } => {
                 let begin = dialect::mysql_begin();
-                in_transaction::<DB, _>(&mut conn, begin, async |tx| {
+                in_transaction::<DB, _>(conn, begin, async |tx| {
                     let rows = fetch_claimed::<DB>(tx, select, &args, checked.columns).await?;
                     if !rows.is_empty() {
                         let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
@@ -57,14 +81,28 @@ impl LeaseForm {
                 })
                 .await
             }
-        };
-        let mut rows = conns.checked(claimed)?;
-        conns.put(conn);
-        checked
-            .floor
-            .claimed(floor, asked, rows.iter().map(|row| row.id));
+        }?;
         rows.sort_unstable_by_key(|row| row.id);
-        Ok((rows, hold))
+        Ok(ClaimedRows {
+            rows,
+            hold,
+            floor,
+            asked,
+        })
+    }
+
+    /// The rows of a claim that committed, and their token; the claims' floor moves past them
+    /// (not before the commit: rows of a claim rolled back are claimable again).
+    pub(super) fn committed(&self, claimed: ClaimedRows) -> (Vec<ClaimedRow>, Token) {
+        let ClaimedRows {
+            rows,
+            hold,
+            floor,
+            asked,
+        } = claimed;
+        let ids = rows.iter().map(|row| row.id);
+        self.checked.floor.claimed(floor, asked, ids);
+        (rows, hold)
     }
 
     /// Claims up to `want` rows: the rows, and the token each carries (one claim's rows carry

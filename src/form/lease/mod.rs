@@ -12,6 +12,7 @@
 
 mod claim;
 mod settle;
+mod together;
 
 use std::time::Duration;
 
@@ -19,8 +20,8 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::{
-    Checked, ClaimFailed, Conns, Form, GRACE, Returned, execute, fetch_i64, fetch_row, on_conn,
-    settlement_args,
+    Checked, ClaimFailed, Conns, Form, GRACE, Returned, SettledAndClaimed, execute, fetch_i64,
+    fetch_row, on_conn, settlement_args,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::{FormKind, QueueConfig};
@@ -275,10 +276,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
     ) -> Vec<Result<()>> {
         // Acks and drops without a statement of the service's own in one statement each 64
         // rows, each guarded by its own token; the rest row by row.
-        let grouped = |outcome: Outcome| {
-            matches!(outcome.0, Settle::Ack | Settle::Drop)
-                && self.checked.custom.get(outcome.0).is_none()
-        };
+        let grouped = |outcome: Outcome| self.grouped(outcome);
         // Per row, once its group's statement answered: whether it still carried its token.
         let mut grouped_settled: Vec<Option<bool>> = vec![None; rows.len()];
         let chunk = rows.len().min(MAX_FINISH);
@@ -340,6 +338,30 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             .map(|(&(id, outcome), token)| (id, token, outcome))
             .collect();
         Ok(<Self as Form<DB>>::settle_many(self, conns, rows).await)
+    }
+
+    async fn settle_batch_and_claim(
+        &self,
+        conns: &Conns<DB>,
+        settlements: &[(i64, Outcome)],
+        tokens: Vec<Token>,
+        one_by_one: bool,
+        next: usize,
+    ) -> SettledAndClaimed<DB, Self> {
+        // A batch settled row by row (to name a failing row) claims nothing with it.
+        let next = if one_by_one { 0 } else { next };
+        match self
+            .settle_and_claim::<DB>(conns, settlements, tokens, next)
+            .await
+        {
+            Ok((settled, claimed)) => (Ok(settled), Some(claimed)),
+            Err(tokens) => {
+                let settled =
+                    <Self as Form<DB>>::settle_batch(self, conns, settlements, tokens, one_by_one)
+                        .await;
+                (settled, None)
+            }
+        }
     }
 
     async fn release(&self, conns: &Conns<DB>, id: i64, hold: Token) -> bool {

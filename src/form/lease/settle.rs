@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::{LeaseForm, Token};
 use crate::backend::Backend;
-use crate::delivery::Settle;
+use crate::delivery::{Outcome, Settle};
 use crate::dialect::{self, Args, FinishMany, MAX_FINISH, Stmt};
 use crate::error::Error;
 use crate::form::{
@@ -82,6 +82,20 @@ impl LeaseForm {
         ids: &[i64],
         tokens: &[DateTime<Utc>],
     ) -> Result<Vec<bool>, sqlx::Error> {
+        on_conn(conns, async |conn| {
+            self.finish_many_on::<DB>(conn, ids, tokens).await
+        })
+        .await
+    }
+
+    /// [`finish_many`](Self::finish_many) on `conn` (in a transaction of the caller's, where it
+    /// settles a batch and claims the next together).
+    pub(super) async fn finish_many_on<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        ids: &[i64],
+        tokens: &[DateTime<Utc>],
+    ) -> Result<Vec<bool>, sqlx::Error> {
         debug_assert!(!ids.is_empty() && ids.len() <= MAX_FINISH && ids.len() == tokens.len());
         let now = Some(self.checked.clock.now());
         if let ([id], [token]) = (ids, tokens) {
@@ -93,10 +107,7 @@ impl LeaseForm {
                 now,
                 ..Args::default()
             };
-            let changed = on_conn(conns, async |conn| {
-                execute::<DB>(conn, &self.sql.finish, &args).await
-            })
-            .await?;
+            let changed = execute::<DB>(conn, &self.sql.finish, &args).await?;
             return Ok(vec![changed > 0]);
         }
         let args = Args {
@@ -112,39 +123,39 @@ impl LeaseForm {
             }
             _ => None,
         };
-        let settled = on_conn(conns, async |conn| {
-            match (&self.sql.finish_many, one_token) {
-                (_, Some((one, token))) => {
-                    let args = Args {
-                        token: Some(token),
-                        ..args
-                    };
-                    let finish = one.finish.for_len(ids.len());
-                    let Some(present) = &one.present else {
-                        return Ok(SettledIds::These(
-                            fetch_i64s::<DB>(conn, finish, &args).await?,
-                        ));
-                    };
-                    let changed = execute::<DB>(conn, finish, &args).await?;
-                    settled_by_count::<DB>(conn, present.for_len(ids.len()), &args, changed).await
-                }
-                (FinishMany::Returning(statements), None) => Ok(SettledIds::These(
-                    fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await?,
-                )),
-                (FinishMany::LockThenFinish { held, finish }, None) => {
-                    in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
-                        let held = fetch_i64s::<DB>(tx, held.for_len(ids.len()), &args).await?;
-                        if !held.is_empty() {
-                            let args = Args { ids: &held, ..args };
-                            execute::<DB>(tx, finish.for_len(held.len()), &args).await?;
-                        }
-                        Ok(SettledIds::These(held))
-                    })
-                    .await
+        let settled = match (&self.sql.finish_many, one_token) {
+            (_, Some((one, token))) => {
+                let args = Args {
+                    token: Some(token),
+                    ..args
+                };
+                let finish = one.finish.for_len(ids.len());
+                match &one.present {
+                    None => Ok(SettledIds::These(
+                        fetch_i64s::<DB>(conn, finish, &args).await?,
+                    )),
+                    Some(present) => {
+                        let changed = execute::<DB>(conn, finish, &args).await?;
+                        settled_by_count::<DB>(conn, present.for_len(ids.len()), &args, changed)
+                            .await
+                    }
                 }
             }
-        })
-        .await?;
+            (FinishMany::Returning(statements), None) => Ok(SettledIds::These(
+                fetch_i64s::<DB>(conn, statements.for_len(ids.len()), &args).await?,
+            )),
+            (FinishMany::LockThenFinish { held, finish }, None) => {
+                in_transaction::<DB, _>(conn, dialect::mysql_begin(), async |tx| {
+                    let held = fetch_i64s::<DB>(tx, held.for_len(ids.len()), &args).await?;
+                    if !held.is_empty() {
+                        let args = Args { ids: &held, ..args };
+                        execute::<DB>(tx, finish.for_len(held.len()), &args).await?;
+                    }
+                    Ok(SettledIds::These(held))
+                })
+                .await
+            }
+        }?;
         Ok(match settled {
             SettledIds::All => vec![true; ids.len()],
             SettledIds::These(mut these) => {
@@ -187,6 +198,13 @@ impl LeaseForm {
         };
         let changed = on_conn(conns, async |conn| execute::<DB>(conn, stmt, &args).await).await?;
         Ok(changed == 1)
+    }
+
+    /// Whether the grouped acknowledgement settles `outcome` (an ack or a drop without a
+    /// statement of the service's own), in one statement for many rows.
+    pub(super) fn grouped(&self, outcome: Outcome) -> bool {
+        matches!(outcome.0, Settle::Ack | Settle::Drop)
+            && self.checked.custom.get(outcome.0).is_none()
     }
 
     pub(super) fn lost(&self, id: i64) -> Error {
