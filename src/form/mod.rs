@@ -55,11 +55,14 @@ pub(crate) use settle::{Custom, Dead, no_dead_letter, no_retry_after, settlement
 /// timeout.
 pub(crate) const GRACE: Duration = Duration::from_secs(1);
 
+/// A batch as a claim took it: its rows, and what holds them.
+pub(crate) type ClaimedBatch<DB, F> = (Vec<ClaimedRow>, <F as Form<DB>>::Batch);
+
 /// What [`Form::settle_batch_and_claim`] gives: the settlement's results (or the batch's
 /// rollback and the row whose statement failed), and the next batch when it claimed one.
 pub(crate) type SettledAndClaimed<DB, F> = (
     Result<Vec<Result<()>>, (Option<i64>, Error)>,
-    Option<(Vec<ClaimedRow>, <F as Form<DB>>::Batch)>,
+    Option<ClaimedBatch<DB, F>>,
 );
 
 /// A claim form of a mounted queue, with its rendered statements.
@@ -79,6 +82,9 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     const ACKS_IN_HAND: usize = 1;
     /// A row is held by a key its release unlocks (counted at shutdown).
     const HOLDS_KEYS: bool = false;
+    /// A batch's settlement can claim the next batch in its transaction
+    /// ([`Form::settle_batch_and_claim`]): the lease form on SQLite.
+    const CLAIMS_WITH_SETTLEMENT: bool = false;
 
     /// Renders the form's statements and prepares them on `conn`, once the checks every form
     /// shares passed.

@@ -23,7 +23,7 @@ use super::requests::Entered;
 use super::stats::{Counters, QueueReport};
 use crate::backend::{Backend, ClaimedRow};
 use crate::delivery::{Cancel, Delivery, Outcome};
-use crate::form::Form;
+use crate::form::{ClaimedBatch, Form};
 use crate::handler::CallBatch;
 use crate::table::Dialect;
 
@@ -50,25 +50,17 @@ where
         let (q, handler, shared) = (Arc::clone(&q), Arc::clone(&handler), Arc::clone(&shared));
         async move {
             let mut carried = None;
-            while !q.stopping() {
+            // A batch claimed with the last one's settlement takes its turn, stopping or not:
+            // the turn releases it when the runner stops.
+            while !q.stopping() || carried.is_some() {
                 let turn = claim_and_deliver(&q, &*handler, size, &shared, &mut pace, &mut carried);
                 match turn.await {
-                    Turn::Next => {}
                     Turn::Released(back) => return back,
-                    Turn::Stop => break,
+                    Turn::Stop if carried.is_none() => break,
+                    Turn::Next | Turn::Stop => {}
                 }
             }
-            // A batch claimed with the last one's settlement, the runner stopped before its turn.
-            match carried {
-                Some((rows, batch)) => {
-                    let ids: Vec<i64> = rows.iter().map(|row| row.id).collect();
-                    Counters::add(&q.stats().claimed, ids.len() as u64);
-                    let back = q.form.release_batch(&q.conns, &ids, batch).await;
-                    Counters::add(&q.stats().released, back);
-                    back
-                }
-                None => 0,
-            }
+            0
         }
     })
     .await
@@ -84,7 +76,7 @@ struct Workers {
 
 /// A batch claimed by the settlement of the one before ([`Form::settle_batch_and_claim`]): the
 /// worker's next turn delivers it without a claim of its own.
-type Carried<DB, F> = Option<(Vec<ClaimedRow>, <F as Form<DB>>::Batch)>;
+type Carried<DB, F> = Option<ClaimedBatch<DB, F>>;
 
 /// What a worker's loop does after one turn.
 enum Turn {
@@ -144,7 +136,11 @@ where
     // A full batch's settlement claims the next where the form commits both together: more
     // rows may be waiting. Not where a rate limit grants the rows, or rows are held back (the
     // claim of a settlement passes over none).
-    let next = match got == size && q.rate.is_none() && q.quarantine.excluded().is_empty() {
+    let next = match F::CLAIMS_WITH_SETTLEMENT
+        && got == size
+        && q.rate.is_none()
+        && q.quarantine.excluded().is_empty()
+    {
         true => size,
         false => 0,
     };

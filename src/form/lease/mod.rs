@@ -26,7 +26,7 @@ use super::{
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::{FormKind, QueueConfig};
 use crate::delivery::{Outcome, Settle};
-use crate::dialect::{self, Args, LeaseSql, MAX_FINISH};
+use crate::dialect::{self, Args, Dialect, LeaseSql, MAX_FINISH};
 use crate::error::{Error, Result};
 
 /// What holds a leased row: its token (the lease's expiry), and when it was taken.
@@ -54,6 +54,7 @@ pub(crate) struct LeaseForm {
 pub(crate) const MAX_CLAIM: usize = 1000;
 
 impl<DB: Backend> Form<DB> for LeaseForm {
+    const CLAIMS_WITH_SETTLEMENT: bool = matches!(DB::DIALECT, Dialect::Sqlite);
     type Hold = Token;
     type Batch = Vec<Token>;
     const ONE_CLAIM: bool = true;

@@ -8,9 +8,9 @@ use chrono::{DateTime, Utc};
 use super::{LeaseForm, Token};
 use crate::backend::{Backend, ClaimedRow};
 use crate::delivery::Outcome;
-use crate::dialect::{self, Dialect, MAX_FINISH};
+use crate::dialect::{self, MAX_FINISH};
 use crate::error::Result;
-use crate::form::{Conns, in_transaction};
+use crate::form::{Conns, Form, in_transaction};
 
 /// A batch settled and the next claimed: each row's result, and the rows claimed with the
 /// token each carries.
@@ -30,7 +30,7 @@ impl LeaseForm {
         next: usize,
     ) -> Result<Together, Vec<Token>> {
         let begin = dialect::begin_write(DB::DIALECT);
-        let together = DB::DIALECT == Dialect::Sqlite
+        let together = <Self as Form<DB>>::CLAIMS_WITH_SETTLEMENT
             && next > 0
             && (1..=MAX_FINISH).contains(&settlements.len())
             && settlements
