@@ -129,6 +129,11 @@ impl<DB: Backend> HeldConn<DB> {
         self.keys.push(key);
     }
 
+    /// The keys this connection's deliveries hold.
+    pub(crate) fn keys(&self) -> &[Key] {
+        &self.keys
+    }
+
     /// Whether this connection's deliveries hold any key (a [`Key::Pending`] too).
     pub(crate) fn holds_keys(&self) -> bool {
         !self.keys.is_empty()

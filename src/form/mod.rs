@@ -83,7 +83,7 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     /// A row is held by a key its release unlocks (counted at shutdown).
     const HOLDS_KEYS: bool = false;
     /// A batch's settlement can claim the next batch in its transaction
-    /// ([`Form::settle_batch_and_claim`]): the lease form on SQLite.
+    /// ([`Form::settle_batch_and_claim`]): the lease and advisory forms on SQLite.
     const CLAIMS_WITH_SETTLEMENT: bool = false;
 
     /// Renders the form's statements and prepares them on `conn`, once the checks every form
@@ -252,9 +252,9 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
 
     /// Settles a batch as [`settle_batch`](Form::settle_batch) does and, where the form can
     /// commit both at once, claims the next batch of up to `next` rows in the same transaction
-    /// (the lease form on SQLite: one commit, one wait for the WAL's fsync, where a settlement
-    /// and a claim take two). The settlement's results, and the next batch when this claimed
-    /// one (`None`: the caller claims as usual).
+    /// (the lease and advisory forms on SQLite: one commit, one wait for the WAL's fsync, where
+    /// a settlement and a claim take two). The settlement's results, and the next batch when
+    /// this claimed one (`None`: the caller claims as usual).
     fn settle_batch_and_claim(
         &self,
         conns: &Conns<DB>,

@@ -17,13 +17,14 @@ pub(crate) mod grouped;
 mod keys;
 mod sets;
 mod take;
+mod together;
 
 use keys::Keys;
 pub(crate) use keys::fnv1a_32;
 
 use super::{
-    Checked, ClaimFailed, Conns, Form, Held, Returned, execute, no_dead_letter, no_retry_after,
-    settlement_args,
+    Checked, ClaimFailed, Conns, Form, Held, Returned, SettledAndClaimed, execute, no_dead_letter,
+    no_retry_after, settlement_args,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
@@ -53,6 +54,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
     type Batch = HeldConn<DB>;
     const ONE_CLAIM: bool = false;
     const HOLDS_KEYS: bool = true;
+    const CLAIMS_WITH_SETTLEMENT: bool = matches!(DB::DIALECT, Dialect::Sqlite);
 
     async fn prepare(
         conn: &mut DB::Connection,
@@ -154,6 +156,31 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         let results = self.settle_sets::<DB>(&mut conn, settlements, false).await;
         conns.put_held(conn);
         Ok(results)
+    }
+
+    async fn settle_batch_and_claim(
+        &self,
+        conns: &Conns<DB>,
+        settlements: &[(i64, Outcome)],
+        mut conn: HeldConn<DB>,
+        one_by_one: bool,
+        next: usize,
+    ) -> SettledAndClaimed<DB, Self> {
+        // A batch settled row by row (to name a failing row) claims nothing with it.
+        let next = if one_by_one { 0 } else { next };
+        match self
+            .settle_and_claim::<DB>(&mut conn, settlements, next)
+            .await
+        {
+            // The connection holds the next batch's keys.
+            Some((settled, rows)) => (Ok(settled), Some((rows, conn))),
+            None => {
+                let settled =
+                    <Self as Form<DB>>::settle_batch(self, conns, settlements, conn, one_by_one)
+                        .await;
+                (settled, None)
+            }
+        }
     }
 
     async fn release(&self, conns: &Conns<DB>, id: i64, hold: Held<DB>) -> bool {

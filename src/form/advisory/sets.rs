@@ -82,7 +82,11 @@ impl AdvisoryForm {
     }
 
     /// Acks and drops rows `ids` (at most [`MAX_FINISH`]) with one statement, their keys kept.
-    async fn finish<DB: Backend>(&self, conn: &mut HeldConn<DB>, ids: &[i64]) -> Result<()> {
+    pub(super) async fn finish<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        ids: &[i64],
+    ) -> Result<()> {
         let args = Args {
             ids,
             now: Some(self.checked.clock.now()),

@@ -25,6 +25,19 @@ impl AdvisoryForm {
         want: usize,
         excluded: &[i64],
     ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
+        self.take_after::<DB>(conn, want, excluded, 0).await
+    }
+
+    /// [`take`](Self::take) in a transaction that deleted `deleted` rows whose keys `conn` still
+    /// holds (see `together`): SQLite's listing, which passes over the keys held in the
+    /// process, does not count theirs (the transaction no longer sees those rows).
+    pub(super) async fn take_after<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        want: usize,
+        excluded: &[i64],
+        deleted: usize,
+    ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
         let now = self.checked.clock.now();
         // One statement takes every key: keys are re-entrant on PostgreSQL and MySQL/MariaDB, so
         // a second statement would take again the keys of rows the first took, still claimable.
@@ -38,7 +51,9 @@ impl AdvisoryForm {
                 (ids, rows, full)
             }
             None => {
-                let (ids, full) = self.lock::<DB>(conn, want, now, floor, excluded).await?;
+                let (ids, full) = self
+                    .lock::<DB>(conn, want, now, floor, excluded, deleted)
+                    .await?;
                 let rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
                 (ids, rows, full)
             }
@@ -66,7 +81,9 @@ impl AdvisoryForm {
                 _ => break,
             };
             let more;
-            (more, full) = self.lock::<DB>(conn, short, now, from, &skip).await?;
+            (more, full) = self
+                .lock::<DB>(conn, short, now, from, &skip, deleted)
+                .await?;
             ids.extend(&more);
             let read = self.read_taken::<DB>(conn, &more, &ids, &rows, now).await?;
             rows.extend(read);
@@ -112,7 +129,7 @@ impl AdvisoryForm {
             Err(error) if is_row_error(&error) => {
                 self.unlock_all::<DB>(conn).await?;
                 conn.release_key(Key::Pending);
-                let (ids, _) = self.lock::<DB>(conn, want, now, floor, excluded).await?;
+                let (ids, _) = self.lock::<DB>(conn, want, now, floor, excluded, 0).await?;
                 let rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
                 return Ok((ids, rows));
             }
@@ -192,7 +209,8 @@ impl AdvisoryForm {
     /// Takes the keys of up to `want` claimable rows without waiting, from id `floor` up
     /// ([`Floor`](crate::form::floor::Floor)): the ids whose keys `conn` now holds, and whether
     /// more rows may be claimable than it took (it found as many as it looked for: `false`
-    /// when it took fewer than `want` because there were no more).
+    /// when it took fewer than `want` because there were no more). `deleted`: as
+    /// [`take_after`](Self::take_after)'s.
     async fn lock<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
@@ -200,6 +218,7 @@ impl AdvisoryForm {
         now: DateTime<Utc>,
         floor: Option<i64>,
         excluded: &[i64],
+        deleted: usize,
     ) -> Result<(Vec<i64>, bool), sqlx::Error> {
         let args = self.lock_args(want, now, floor, excluded);
         match self.keys {
@@ -208,7 +227,7 @@ impl AdvisoryForm {
                 // of have `want` free ones, unless another claim took some since the count (the
                 // list then came back full: the caller lists again). Each row listed costs the
                 // client ~2,700 instructions: twice as many made a batch of 16 cost 8% more.
-                let limit = want + in_process::count(table);
+                let limit = want + in_process::count(table).saturating_sub(deleted);
                 let args = Args {
                     limit: i64::try_from(limit).unwrap_or(i64::MAX),
                     ..args
