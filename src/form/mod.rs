@@ -82,8 +82,9 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     const ACKS_IN_HAND: usize = 1;
     /// A row is held by a key its release unlocks (counted at shutdown).
     const HOLDS_KEYS: bool = false;
-    /// A batch's settlement can claim the next batch in its transaction
-    /// ([`Form::settle_batch_and_claim`]): the lease and advisory forms on SQLite.
+    /// A batch's settlement can claim the next batch with it
+    /// ([`Form::settle_batch_and_claim`]): the lease form on SQLite, the advisory form on SQLite
+    /// and MySQL/MariaDB.
     const CLAIMS_WITH_SETTLEMENT: bool = false;
 
     /// Renders the form's statements and prepares them on `conn`, once the checks every form
@@ -251,10 +252,11 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<Result<()>>, (Option<i64>, Error)>> + Send;
 
     /// Settles a batch as [`settle_batch`](Form::settle_batch) does and, where the form can
-    /// commit both at once, claims the next batch of up to `next` rows in the same transaction
-    /// (the lease and advisory forms on SQLite: one commit, one wait for the WAL's fsync, where
-    /// a settlement and a claim take two). The settlement's results, and the next batch when
-    /// this claimed one (`None`: the caller claims as usual).
+    /// join the two, claims the next batch of up to `next` rows with it (the lease and
+    /// advisory forms on SQLite, in the same transaction: one commit, one wait for the WAL's
+    /// fsync, where a settlement and a claim take two; the advisory form on MySQL/MariaDB, the
+    /// claim's first statement in the settlement's round trip). The settlement's results, and
+    /// the next batch when this claimed one (`None`: the caller claims as usual).
     fn settle_batch_and_claim(
         &self,
         conns: &Conns<DB>,

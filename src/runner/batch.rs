@@ -33,9 +33,10 @@ use crate::table::Dialect;
 /// turns: MariaDB's lease batches of 16 at 8 workers drained at half a baseline of independent
 /// loops). A worker that found a full batch wakes an idle sibling, so a backlog spreads at once.
 /// On SQLite, whose writers take turns on one lock, the workers' claims take turns in the
-/// process instead (claims side by side only collide there and wait for the lock), and the
-/// lease form's settlement of a full batch claims the next in its own transaction
-/// ([`Form::settle_batch_and_claim`]): one commit a batch, not two.
+/// process instead (claims side by side only collide there and wait for the lock). Where the
+/// form can, the settlement of a full batch claims the next with it
+/// ([`Form::settle_batch_and_claim`]: on SQLite in its transaction, one commit a batch, not
+/// two; the advisory form on MySQL/MariaDB in its round trip).
 pub(super) async fn run<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>, size: usize) -> QueueReport
 where
     DB: Backend,
@@ -133,7 +134,7 @@ where
         // There may be more: a sibling waiting looks too.
         pace.wake_sibling();
     }
-    // A full batch's settlement claims the next where the form commits both together: more
+    // A full batch's settlement claims the next where the form joins the two: more
     // rows may be waiting. Not where a rate limit grants the rows, or rows are held back (the
     // claim of a settlement passes over none).
     let next = match F::CLAIMS_WITH_SETTLEMENT
@@ -216,7 +217,7 @@ impl AsRef<Cancel> for InBatch {
 }
 
 /// Runs one batch to its settlement; with `next` over 0, the settlement claims up to `next`
-/// rows for the worker's next turn where the form commits both together (taking the claims'
+/// rows for the worker's next turn where the form joins the two (taking the claims'
 /// `turns`, SQLite's): that batch, if it claimed one.
 async fn deliver<DB, F, H>(
     q: &Live<DB, F>,

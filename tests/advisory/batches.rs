@@ -126,3 +126,156 @@ pub(crate) async fn each_row_once_across_two_runners_and_an_idle_queue_woken<
     assert_eq!(keys::held(&ctx, &t).await, 0, "{form}: no key left");
     ctx.drop_tables().await;
 }
+
+/// One worker drains 200 rows in batches of 16 (MySQL/MariaDB): each full batch's acks, the
+/// release of its keys and the next claim's statement that takes keys go in one text (`DELETE
+/// ..; SELECT .. RELEASE_LOCK ..; SELECT .. GET_LOCK ..`) — twelve full batches, twelve such
+/// texts, and the last batch (of eight) acked on its own — each row delivered once at attempt
+/// 1, and no key left.
+pub(crate) async fn full_batches_send_their_acks_with_the_next_claim<DB: TestDb>() {
+    if DB::LABEL != "mysql" {
+        return;
+    }
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let spec = Spec {
+        attempt: true,
+        ..Spec::default()
+    };
+    let t = ctx.table(spec).await;
+    let payloads: Vec<String> = (0..200).map(|i| format!("job {i}")).collect();
+    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
+        .await
+        .unwrap();
+    crate::statements::watch(&t);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let recorded = Arc::clone(&seen);
+    let handler = move |batch: Vec<Delivery<DB>>| {
+        let mut recorded = recorded.lock().unwrap();
+        recorded.extend(batch.iter().map(|d| (d.id(), d.attempt())));
+        std::future::ready(batch.iter().map(|_| Outcome::ack()).collect())
+    };
+    let queue = Queue::table(Table::new(&t))
+        .advisory_lock()
+        .attempt("attempt")
+        .workers(1)
+        .batch(16)
+        .batch_handler(handler);
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    ctx.wait_none(&t, "1 = 1", 60).await;
+    crate::support::wait_for("200 acks counted", Duration::from_secs(10), || async {
+        running.stats().acked == 200
+    })
+    .await;
+    assert_eq!(running.stats().failed, 0, "settlements that failed");
+    running.shutdown().await.unwrap();
+    let statements = crate::statements::statements(&t);
+    let acks: Vec<&String> = statements
+        .iter()
+        .filter(|s| s.starts_with("DELETE"))
+        .collect();
+    let joined = acks.iter().filter(|s| s.contains("GET_LOCK(")).count();
+    crate::support::report(&format!(
+        "{}: 200 rows in {} batch acks, {joined} with the next claim",
+        DB::LABEL,
+        acks.len()
+    ));
+    assert_eq!(acks.len(), 13, "one ack statement a batch: {acks:#?}");
+    assert_eq!(joined, 12, "each full batch's acks carry the next claim");
+    crate::statements::each_once_at_attempt_one(seen.lock().unwrap().clone());
+    assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
+    ctx.drop_tables().await;
+}
+
+/// One worker, batches of 16, 40 rows (MySQL/MariaDB), a trigger refusing to delete the fifth:
+/// the first batch's acks go with the next claim in one text, which fails at its `DELETE`; the
+/// batch then settles on its own, row by row — the fifth row fails and is held back, the others
+/// are settled — and the rest of the queue drains: each row delivered once but the refused one,
+/// which stays, and no key is left.
+pub(crate) async fn a_batch_whose_text_with_the_next_claim_fails_settles_on_its_own<DB: TestDb>() {
+    if DB::LABEL != "mysql" {
+        return;
+    }
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let spec = Spec {
+        attempt: true,
+        ..Spec::default()
+    };
+    let t = ctx.table(spec).await;
+    let payloads: Vec<String> = (0..40).map(|i| format!("job {i}")).collect();
+    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
+        .await
+        .unwrap();
+    let refused = "CAST(payload AS CHAR) = 'job 4'";
+    ctx.exec(&format!(
+        "CREATE TRIGGER {t}_no_one BEFORE DELETE ON {t} FOR EACH ROW IF {} \
+         THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END IF",
+        refused.replace("payload", "OLD.payload")
+    ))
+    .await;
+    crate::statements::watch(&t);
+    let seen = Arc::new(Mutex::new(HashMap::<Vec<u8>, u32>::new()));
+    let recorded = Arc::clone(&seen);
+    let handler = move |batch: Vec<Delivery<DB>>| {
+        let mut recorded = recorded.lock().unwrap();
+        for d in &batch {
+            *recorded.entry(d.payload().to_vec()).or_default() += 1;
+        }
+        std::future::ready(batch.iter().map(|_| Outcome::ack()).collect())
+    };
+    let queue = Queue::table(Table::new(&t))
+        .advisory_lock()
+        .attempt("attempt")
+        .workers(1)
+        .batch(16)
+        .batch_handler(handler);
+    let running = Runner::new(ctx.pool.clone())
+        .poll_interval(Duration::from_millis(50))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    crate::support::wait_for("39 rows settled", Duration::from_secs(30), || async {
+        running.stats().acked >= 39
+    })
+    .await;
+    assert!(running.stats().failed >= 1, "{:?}", running.stats());
+    running.shutdown().await.unwrap();
+    let statements = crate::statements::statements(&t);
+    assert!(
+        statements
+            .first()
+            .is_some_and(|s| s.starts_with("SELECT") && s.contains("GET_LOCK(")),
+        "the first claim: {statements:#?}"
+    );
+    assert!(
+        statements
+            .iter()
+            .any(|s| s.starts_with("DELETE") && s.contains("GET_LOCK(")),
+        "the first batch's acks went with the next claim: {statements:#?}"
+    );
+    let seen = seen.lock().unwrap().clone();
+    let not_once: Vec<&String> = payloads
+        .iter()
+        .filter(|p| seen.get(p.as_bytes()) != Some(&1) && *p != "job 4")
+        .collect();
+    assert!(not_once.is_empty(), "rows not delivered once: {not_once:?}");
+    assert_eq!(
+        ctx.count(&t, "1 = 1").await,
+        1,
+        "the refused row stays, the others are settled"
+    );
+    assert_eq!(ctx.count(&t, refused).await, 1);
+    assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
+    ctx.drop_tables().await;
+}

@@ -64,6 +64,10 @@ macro_rules! per_database {
                     statements::a_group_name_written_into_the_statements_claims_its_rows_only,
                 a_row_deleted_during_the_claim_is_passed_over_and_its_key_released =>
                     statements::a_row_deleted_during_the_claim_is_passed_over_and_its_key_released,
+                full_batches_send_their_acks_with_the_next_claim =>
+                    batches::full_batches_send_their_acks_with_the_next_claim,
+                a_batch_whose_text_with_the_next_claim_fails_settles_on_its_own =>
+                    batches::a_batch_whose_text_with_the_next_claim_fails_settles_on_its_own,
             );
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -66,13 +66,13 @@ pub(crate) fn install() {
 }
 
 /// Starts recording the statements that name `table` (sqlx's statement events, at any level).
-fn watch(table: &str) {
+pub(crate) fn watch(table: &str) {
     install();
     WATCHED.lock().unwrap().push((table.to_owned(), Vec::new()));
 }
 
 /// The statements recorded for `table` since `watch`, no longer recorded.
-fn statements(table: &str) -> Vec<String> {
+pub(crate) fn statements(table: &str) -> Vec<String> {
     let mut watched = WATCHED.lock().unwrap();
     let i = watched
         .iter()
@@ -157,7 +157,7 @@ async fn drain_recording_attempts<DB: TestDb>()
 }
 
 /// Each of the 200 rows was delivered once, at attempt 1.
-fn each_once_at_attempt_one(mut seen: Vec<(i64, u32)>) {
+pub(crate) fn each_once_at_attempt_one(mut seen: Vec<(i64, u32)>) {
     assert!(seen.iter().all(|(_, attempt)| *attempt == 1), "{seen:?}");
     seen.sort_unstable();
     seen.dedup();

@@ -11,10 +11,12 @@
 //! its keys with one more.
 //!
 //! The form's type, its [`Form`] impl and its settlement of one row are here; taking and
-//! releasing a key (`take`) and the settlement of many rows (`sets`) are beside it.
+//! releasing a key (`take`), reading the rows taken (`reread`), the settlement of many rows
+//! (`sets`) and a batch's settlement joined with the next claim (`together`) are beside it.
 
 pub(crate) mod grouped;
 mod keys;
+mod reread;
 mod sets;
 mod take;
 mod together;
@@ -54,7 +56,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
     type Batch = HeldConn<DB>;
     const ONE_CLAIM: bool = false;
     const HOLDS_KEYS: bool = true;
-    const CLAIMS_WITH_SETTLEMENT: bool = matches!(DB::DIALECT, Dialect::Sqlite);
+    const CLAIMS_WITH_SETTLEMENT: bool = !matches!(DB::DIALECT, Dialect::Postgres);
 
     async fn prepare(
         conn: &mut DB::Connection,

@@ -128,31 +128,55 @@ impl AdvisoryForm {
             ..self.keys.args(0)
         };
         let stmt = stmt.for_len(ids.len());
-        let released = match (stmt.multi(), &names) {
-            // The settlement's result, then one row: 1 for each name whose key was held.
-            (true, Some(_)) => {
+        let released = match stmt.multi() {
+            true => {
                 let sets = fetch_sets::<DB>(conn, stmt, &args).await?;
-                let row = sets.get(1).and_then(|rows| rows.first());
-                let mut released = Vec::with_capacity(ids.len());
+                self.released::<DB>(&sets, ids, names.is_some())?
+            }
+            false => fetch_i64s::<DB>(conn, stmt, &args).await?,
+        };
+        Ok(self.forget_released(conn, ids, &released))
+    }
+
+    /// The ids of `ids` whose keys the release of a two-statement `finish_unlock_many` gave
+    /// back, from its result `sets`: `named`, one row, 1 in each name's column whose key was
+    /// held (the client wrote the names); else the released ids as rows.
+    pub(super) fn released<DB: Backend>(
+        &self,
+        sets: &[Vec<DB::Row>],
+        ids: &[i64],
+        named: bool,
+    ) -> Result<Vec<i64>> {
+        let Some(rows) = sets.get(1) else {
+            return Ok(Vec::new());
+        };
+        let mut released = Vec::with_capacity(ids.len());
+        match (named, rows.first()) {
+            (true, Some(row)) => {
                 for (i, &id) in ids.iter().enumerate() {
-                    if let Some(row) = row
-                        && DB::get_i64(row, i)? == 1
-                    {
+                    if DB::get_i64(row, i)? == 1 {
                         released.push(id);
                     }
                 }
-                released
             }
-            // The settlement's result, then the release's ids.
-            (true, None) => {
-                let sets = fetch_sets::<DB>(conn, stmt, &args).await?;
-                let rows = sets.get(1).map(Vec::as_slice).unwrap_or_default();
-                rows.iter()
-                    .map(|row| DB::get_i64(row, 0))
-                    .collect::<Result<Vec<i64>, _>>()?
+            (true, None) => {}
+            (false, _) => {
+                for row in rows {
+                    released.push(DB::get_i64(row, 0)?);
+                }
             }
-            (false, _) => fetch_i64s::<DB>(conn, stmt, &args).await?,
-        };
+        }
+        Ok(released)
+    }
+
+    /// Records the keys of `released` as given back on `conn`: the ids of `ids` whose key was
+    /// not held (lost with a session the server ended).
+    pub(super) fn forget_released<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        ids: &[i64],
+        released: &[i64],
+    ) -> Vec<i64> {
         let mut lost = Vec::new();
         for &id in ids {
             if released.contains(&id) {
@@ -161,6 +185,6 @@ impl AdvisoryForm {
                 lost.push(id);
             }
         }
-        Ok(lost)
+        lost
     }
 }

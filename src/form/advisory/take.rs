@@ -1,6 +1,6 @@
-//! The advisory form's take and release: locking keys without waiting and reading their rows
-//! again, and unlocking them — the key handling, apart from the form's trait impl, which says
-//! when each runs. A take is two statements for one row or many (three on MySQL/MariaDB with an
+//! The advisory form's take and release: locking keys without waiting (the rows read again
+//! beside it, `reread`), and unlocking them — the key handling, apart from the form's trait
+//! impl, which says when each runs. A take is two statements for one row or many (three on MySQL/MariaDB with an
 //! attempt column, the last two sent together; one on PostgreSQL with an attempt column, on a
 //! session holding no key yet); a release is one.
 
@@ -11,9 +11,17 @@ use super::keys::Keys;
 use crate::backend::{Backend, ClaimedRow, HeldConn, Key, claimed_row, in_process, is_row_error};
 use crate::dialect::{Args, MAX_EXCLUDED, MAX_FINISH, Stmt};
 use crate::error::{Error, Result};
-use crate::form::{
-    ClaimFailed, execute, fetch_all, fetch_claimed, fetch_i64, fetch_i64s, fetch_sets,
-};
+use crate::form::{ClaimFailed, execute, fetch_all, fetch_i64, fetch_i64s};
+
+/// A take under way: what it asks for, and when and where it started.
+pub(super) struct Taking<'a> {
+    want: usize,
+    excluded: &'a [i64],
+    /// See [`AdvisoryForm::take_after`].
+    deleted: usize,
+    pub(super) now: DateTime<Utc>,
+    pub(super) floor: Option<i64>,
+}
 
 impl AdvisoryForm {
     /// Takes up to `want` rows on `conn`, which then holds their keys: their keys first, without
@@ -38,26 +46,56 @@ impl AdvisoryForm {
         excluded: &[i64],
         deleted: usize,
     ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
-        let now = self.checked.clock.now();
+        let t = self.taking(want, excluded, deleted);
         // One statement takes every key: keys are re-entrant on PostgreSQL and MySQL/MariaDB, so
         // a second statement would take again the keys of rows the first took, still claimable.
-        let floor = self.checked.floor.start();
-        let (mut ids, mut rows, mut full) = match self.lock_take_stmt(conn.holds_keys(), excluded) {
+        let first = match self.lock_take_stmt(conn.holds_keys(), excluded) {
             Some(stmt) => {
                 let (ids, rows) = self
-                    .lock_take::<DB>(conn, stmt, want, now, floor, excluded)
+                    .lock_take::<DB>(conn, stmt, want, t.now, t.floor, excluded)
                     .await?;
                 let full = ids.len() == want;
                 (ids, rows, full)
             }
             None => {
                 let (ids, full) = self
-                    .lock::<DB>(conn, want, now, floor, excluded, deleted)
+                    .lock::<DB>(conn, want, t.now, t.floor, excluded, deleted)
                     .await?;
-                let rows = self.read_taken::<DB>(conn, &ids, &ids, &[], now).await?;
+                let rows = self.read_taken::<DB>(conn, &ids, &ids, &[], t.now).await?;
                 (ids, rows, full)
             }
         };
+        self.take_rest::<DB>(conn, &t, first).await
+    }
+
+    /// A take of up to `want` rows starting now, from the claims' floor.
+    pub(super) fn taking<'a>(
+        &self,
+        want: usize,
+        excluded: &'a [i64],
+        deleted: usize,
+    ) -> Taking<'a> {
+        Taking {
+            want,
+            excluded,
+            deleted,
+            now: self.checked.clock.now(),
+            floor: self.checked.floor.start(),
+        }
+    }
+
+    /// The rest of take `t` once its first statement took keys and read rows (`first`: the ids
+    /// whose keys it took, the rows still claimable, and whether it found as many as it
+    /// looked for): places left by rows settled since are filled again; the rows in claim
+    /// order.
+    pub(super) async fn take_rest<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        t: &Taking<'_>,
+        first: (Vec<i64>, Vec<ClaimedRow>, bool),
+    ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
+        let (mut ids, mut rows, mut full) = first;
+        let (want, excluded, now, floor) = (t.want, t.excluded, t.now, t.floor);
         self.checked.floor.claimed(floor, want, ids.iter().copied());
         // Rows settled by another session since the statement's snapshot (or, SQLite, rows
         // whose keys another claim of this process took since it counted them) leave places a
@@ -82,7 +120,7 @@ impl AdvisoryForm {
             };
             let more;
             (more, full) = self
-                .lock::<DB>(conn, short, now, from, &skip, deleted)
+                .lock::<DB>(conn, short, now, from, &skip, t.deleted)
                 .await?;
             ids.extend(&more);
             let read = self.read_taken::<DB>(conn, &more, &ids, &rows, now).await?;
@@ -160,52 +198,6 @@ impl AdvisoryForm {
         Ok(())
     }
 
-    /// Reads rows `taken` again (whose keys `conn` now holds), those still claimable, their
-    /// attempts counted, and gives back the keys of the others. A read that fails for a reason
-    /// of one row's own releases every key of the claim (`all`) and names the row; the rows the
-    /// claim read before (`read`, and this call's own), delivered none, go back with the
-    /// attempts they had.
-    async fn read_taken<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        taken: &[i64],
-        all: &[i64],
-        read: &[ClaimedRow],
-        now: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedRow>, ClaimFailed> {
-        let mut rows = Vec::with_capacity(taken.len());
-        for chunk in taken.chunks(MAX_FINISH) {
-            match self.reread::<DB>(conn, chunk, now).await {
-                Ok(read) => rows.extend(read),
-                Err(error) if is_row_error(&error) => {
-                    // One statement names no row: row by row to find it.
-                    let named = self.reread_each::<DB>(conn, chunk, now).await;
-                    for row in read.iter().chain(&rows) {
-                        if let Some(attempt) = row.attempt {
-                            self.uncount::<DB>(conn, row.id, attempt).await;
-                        }
-                    }
-                    self.unlock_many::<DB>(conn, all).await?;
-                    return Err(named.err().unwrap_or(ClaimFailed {
-                        row: None,
-                        error: error.into(),
-                    }));
-                }
-                Err(error) => return Err(error.into()),
-            }
-        }
-        // Rows settled by another session since the claim's snapshot: their keys go back.
-        let stale: Vec<i64> = taken
-            .iter()
-            .copied()
-            .filter(|id| !rows.iter().any(|row| row.id == *id))
-            .collect();
-        if !stale.is_empty() {
-            self.unlock_many::<DB>(conn, &stale).await?;
-        }
-        Ok(rows)
-    }
-
     /// Takes the keys of up to `want` claimable rows without waiting, from id `floor` up
     /// ([`Floor`](crate::form::floor::Floor)): the ids whose keys `conn` now holds, and whether
     /// more rows may be claimable than it took (it found as many as it looked for: `false`
@@ -271,7 +263,7 @@ impl AdvisoryForm {
     }
 
     /// The arguments of a statement that takes the keys of up to `want` rows.
-    fn lock_args<'a>(
+    pub(super) fn lock_args<'a>(
         &'a self,
         want: usize,
         now: DateTime<Utc>,
@@ -287,83 +279,6 @@ impl AdvisoryForm {
             excluded,
             ..self.keys.args(0)
         }
-    }
-
-    /// Reads rows `ids` (whose keys `conn` holds) again, those still claimable, and counts their
-    /// attempts.
-    async fn reread<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        ids: &[i64],
-        now: DateTime<Utc>,
-    ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
-        let args = Args {
-            ids,
-            now: Some(now),
-            group: self.checked.group.as_deref(),
-            ..Args::default()
-        };
-        let columns = self.checked.columns;
-        if let Some(take_count) = &self.sql.take_count_many {
-            // Counted and read in one round trip.
-            let sets = fetch_sets::<DB>(conn, take_count.for_len(ids.len()), &args).await?;
-            let read = sets.last().map(Vec::as_slice).unwrap_or_default();
-            return read
-                .iter()
-                .map(|row| claimed_row::<DB>(row, columns, sqlx::Row::len(row)))
-                .collect();
-        }
-        let take = self.sql.take_many.for_len(ids.len());
-        let rows = fetch_claimed::<DB>(&mut *conn, take, &args, columns).await?;
-        if let (false, Some(count)) = (rows.is_empty(), &self.sql.count_many) {
-            let read: Vec<i64> = rows.iter().map(|row| row.id).collect();
-            let args = Args { ids: &read, ..args };
-            execute::<DB>(&mut *conn, count.for_len(read.len()), &args).await?;
-        }
-        Ok(rows)
-    }
-
-    /// [`reread`](Self::reread) row by row, to name the row whose statement fails, in a
-    /// transaction rolled back at the end: it counts no attempt of the rows before that one
-    /// (the claim is given up, none of them delivered).
-    async fn reread_each<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        ids: &[i64],
-        now: DateTime<Utc>,
-    ) -> Result<(), ClaimFailed> {
-        let unnamed = |error: sqlx::Error| ClaimFailed {
-            row: None,
-            error: error.into(),
-        };
-        conn.begin(None).await.map_err(unnamed)?;
-        let mut named = Ok(());
-        for &id in ids {
-            let args = Args {
-                id,
-                now: Some(now),
-                group: self.checked.group.as_deref(),
-                ..Args::default()
-            };
-            let columns = self.checked.columns;
-            let taken = async {
-                let read = fetch_claimed::<DB>(&mut *conn, &self.sql.take, &args, columns).await?;
-                if let (false, Some(count)) = (read.is_empty(), &self.sql.count) {
-                    execute::<DB>(&mut *conn, count, &args).await?;
-                }
-                Ok::<_, sqlx::Error>(())
-            };
-            if let Err(error) = taken.await {
-                named = Err(ClaimFailed {
-                    row: Some(id),
-                    error: error.into(),
-                });
-                break;
-            }
-        }
-        // A rollback that fails leaves the transaction open: the connection is then closed.
-        conn.rollback().await.map_err(unnamed)?;
-        named
     }
 
     /// Releases row `id`'s key. An unlock the server does not confirm is an error: the
