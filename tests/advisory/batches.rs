@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::Pool;
-use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Running, Table};
 
 use crate::keys;
 use crate::support::{Ctx, Form, Spec, TestDb};
@@ -127,34 +127,40 @@ pub(crate) async fn each_row_once_across_two_runners_and_an_idle_queue_woken<
     ctx.drop_tables().await;
 }
 
-/// One worker drains 200 rows in batches of 16 (MySQL/MariaDB): each full batch's acks, the
-/// release of its keys and the next claim's statement that takes keys go in one text (`DELETE
-/// ..; SELECT .. RELEASE_LOCK ..; SELECT .. GET_LOCK ..`) — twelve full batches, twelve such
-/// texts, and the last batch (of eight) acked on its own — each row delivered once at attempt
-/// 1, and no key left.
-pub(crate) async fn full_batches_send_their_acks_with_the_next_claim<DB: TestDb>() {
-    if DB::LABEL != "mysql" {
-        return;
-    }
-    let Some(mut ctx) = Ctx::<DB>::new().await else {
-        return;
-    };
+/// What one worker's deliveries were: `(id, payload, attempt)` each.
+type Deliveries = Arc<Mutex<Vec<(i64, Vec<u8>, u32)>>>;
+
+/// A fresh table of `rows` rows (payloads `job 0` up) with an attempt column, `setup` run on it
+/// (a statement its name makes), its statements watched, and a runner of one worker claiming
+/// its advisory batches of 16, whose handler acks each row and records its delivery.
+async fn one_worker_of_batches<DB: TestDb>(
+    ctx: &mut Ctx<DB>,
+    rows: usize,
+    setup: impl FnOnce(&str) -> Option<String>,
+) -> (String, Running, Deliveries) {
     let spec = Spec {
         attempt: true,
         ..Spec::default()
     };
     let t = ctx.table(spec).await;
-    let payloads: Vec<String> = (0..200).map(|i| format!("job {i}")).collect();
+    let payloads: Vec<String> = (0..rows).map(|i| format!("job {i}")).collect();
     let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
     DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
         .await
         .unwrap();
+    if let Some(sql) = setup(&t) {
+        ctx.exec(&sql).await;
+    }
     crate::statements::watch(&t);
-    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen: Deliveries = Arc::default();
     let recorded = Arc::clone(&seen);
     let handler = move |batch: Vec<Delivery<DB>>| {
         let mut recorded = recorded.lock().unwrap();
-        recorded.extend(batch.iter().map(|d| (d.id(), d.attempt())));
+        recorded.extend(
+            batch
+                .iter()
+                .map(|d| (d.id(), d.payload().to_vec(), d.attempt())),
+        );
         std::future::ready(batch.iter().map(|_| Outcome::ack()).collect())
     };
     let queue = Queue::table(Table::new(&t))
@@ -169,6 +175,22 @@ pub(crate) async fn full_batches_send_their_acks_with_the_next_claim<DB: TestDb>
         .start()
         .await
         .unwrap();
+    (t, running, seen)
+}
+
+/// One worker drains 200 rows in batches of 16 (MySQL/MariaDB): each full batch's acks, the
+/// release of its keys and the next claim's statement that takes keys go in one text (`DELETE
+/// ..; SELECT .. RELEASE_LOCK ..; SELECT .. GET_LOCK ..`) — twelve full batches, twelve such
+/// texts, and the last batch (of eight) acked on its own — each row delivered once at attempt
+/// 1, and no key left.
+pub(crate) async fn full_batches_send_their_acks_with_the_next_claim<DB: TestDb>() {
+    if DB::LABEL != "mysql" {
+        return;
+    }
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let (t, running, seen) = one_worker_of_batches(&mut ctx, 200, |_| None).await;
     ctx.wait_none(&t, "1 = 1", 60).await;
     crate::support::wait_for("200 acks counted", Duration::from_secs(10), || async {
         running.stats().acked == 200
@@ -189,7 +211,13 @@ pub(crate) async fn full_batches_send_their_acks_with_the_next_claim<DB: TestDb>
     ));
     assert_eq!(acks.len(), 13, "one ack statement a batch: {acks:#?}");
     assert_eq!(joined, 12, "each full batch's acks carry the next claim");
-    crate::statements::each_once_at_attempt_one(seen.lock().unwrap().clone());
+    let seen: Vec<(i64, u32)> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(id, _, a)| (*id, *a))
+        .collect();
+    crate::statements::each_once_at_attempt_one(seen);
     assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }
@@ -206,45 +234,15 @@ pub(crate) async fn a_batch_whose_text_with_the_next_claim_fails_settles_on_its_
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
-    let spec = Spec {
-        attempt: true,
-        ..Spec::default()
-    };
-    let t = ctx.table(spec).await;
-    let payloads: Vec<String> = (0..40).map(|i| format!("job {i}")).collect();
-    let jobs: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
-    DB::enqueue_many(&ctx.pool, &Table::new(&t), &jobs)
-        .await
-        .unwrap();
     let refused = "CAST(payload AS CHAR) = 'job 4'";
-    ctx.exec(&format!(
-        "CREATE TRIGGER {t}_no_one BEFORE DELETE ON {t} FOR EACH ROW IF {} \
-         THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END IF",
-        refused.replace("payload", "OLD.payload")
-    ))
+    let (t, running, seen) = one_worker_of_batches(&mut ctx, 40, |t| {
+        Some(format!(
+            "CREATE TRIGGER {t}_no_one BEFORE DELETE ON {t} FOR EACH ROW IF {} \
+             THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused'; END IF",
+            refused.replace("payload", "OLD.payload")
+        ))
+    })
     .await;
-    crate::statements::watch(&t);
-    let seen = Arc::new(Mutex::new(HashMap::<Vec<u8>, u32>::new()));
-    let recorded = Arc::clone(&seen);
-    let handler = move |batch: Vec<Delivery<DB>>| {
-        let mut recorded = recorded.lock().unwrap();
-        for d in &batch {
-            *recorded.entry(d.payload().to_vec()).or_default() += 1;
-        }
-        std::future::ready(batch.iter().map(|_| Outcome::ack()).collect())
-    };
-    let queue = Queue::table(Table::new(&t))
-        .advisory_lock()
-        .attempt("attempt")
-        .workers(1)
-        .batch(16)
-        .batch_handler(handler);
-    let running = Runner::new(ctx.pool.clone())
-        .poll_interval(Duration::from_millis(50))
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
     crate::support::wait_for("39 rows settled", Duration::from_secs(30), || async {
         running.stats().acked >= 39
     })
@@ -264,10 +262,13 @@ pub(crate) async fn a_batch_whose_text_with_the_next_claim_fails_settles_on_its_
             .any(|s| s.starts_with("DELETE") && s.contains("GET_LOCK(")),
         "the first batch's acks went with the next claim: {statements:#?}"
     );
-    let seen = seen.lock().unwrap().clone();
-    let not_once: Vec<&String> = payloads
-        .iter()
-        .filter(|p| seen.get(p.as_bytes()) != Some(&1) && *p != "job 4")
+    let mut deliveries = HashMap::<Vec<u8>, u32>::new();
+    for (_, payload, _) in seen.lock().unwrap().iter() {
+        *deliveries.entry(payload.clone()).or_default() += 1;
+    }
+    let not_once: Vec<String> = (0..40)
+        .map(|i| format!("job {i}"))
+        .filter(|p| deliveries.get(p.as_bytes()) != Some(&1) && p != "job 4")
         .collect();
     assert!(not_once.is_empty(), "rows not delivered once: {not_once:?}");
     assert_eq!(
