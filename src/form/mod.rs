@@ -256,7 +256,8 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     /// advisory forms on SQLite, in the same transaction: one commit, one wait for the WAL's
     /// fsync, where a settlement and a claim take two; the advisory form on MySQL/MariaDB, the
     /// claim's first statement in the settlement's round trip). The settlement's results, and
-    /// the next batch when this claimed one (`None`: the caller claims as usual).
+    /// the next batch when this claimed one (`None`: the caller claims as usual). The caller
+    /// asks for none (`next` 0) with a batch settled `one_by_one`.
     fn settle_batch_and_claim(
         &self,
         conns: &Conns<DB>,

@@ -322,7 +322,8 @@ where
         })
         .collect();
     let one_by_one = q.quarantine.one_by_one(&ids);
-    let next = if q.stopping() { 0 } else { next };
+    // A batch settled row by row (to name a failing row) claims nothing with it.
+    let next = if q.stopping() || one_by_one { 0 } else { next };
     let since = q.observe.timer();
     let turn = match turns {
         Some(turns) if next > 0 => Some(turns.lock().await),

@@ -349,8 +349,6 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         one_by_one: bool,
         next: usize,
     ) -> SettledAndClaimed<DB, Self> {
-        // A batch settled row by row (to name a failing row) claims nothing with it.
-        let next = if one_by_one { 0 } else { next };
         match self
             .settle_and_claim::<DB>(conns, settlements, tokens, next)
             .await

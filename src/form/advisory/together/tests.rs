@@ -84,6 +84,12 @@ async fn claim(form: &AdvisoryForm, conns: &Conns<Sqlite>, from: i64) -> HeldCon
     conn
 }
 
+/// Releases the keys `conn` holds, as a runner stopping with the batch would.
+async fn release(form: &AdvisoryForm, conns: &Conns<Sqlite>, conn: HeldConn<Sqlite>) {
+    let ids = held(&conn);
+    <AdvisoryForm as Form<Sqlite>>::release_batch(form, conns, &ids, conn).await;
+}
+
 async fn close(conns: Conns<Sqlite>, file: std::path::PathBuf) {
     conns.clear();
     scratch::remove(conns.pool.clone(), file).await;
@@ -114,14 +120,8 @@ async fn a_batch_settles_and_the_next_comes_back_held_and_counted() {
         expected,
         "batch gone, next counted once"
     );
-    <AdvisoryForm as Form<Sqlite>>::release_batch(&form, &conns, &ids, conn).await;
-    <AdvisoryForm as Form<Sqlite>>::release_batch(
-        &form,
-        &conns,
-        &(17..=32).collect::<Vec<_>>(),
-        other,
-    )
-    .await;
+    release(&form, &conns, conn).await;
+    release(&form, &conns, other).await;
     close(conns, file).await;
 }
 
@@ -164,13 +164,7 @@ async fn a_claim_that_fails_takes_the_settlement_back_and_the_batch_stays_held()
     assert!(settled.iter().all(Result::is_ok), "{settled:?}");
     let expected: Vec<(i64, i64)> = (17..=40).map(|id| (id, i64::from(id <= 32))).collect();
     assert_eq!(left(&conns).await, expected);
-    <AdvisoryForm as Form<Sqlite>>::release_batch(
-        &form,
-        &conns,
-        &(17..=32).collect::<Vec<_>>(),
-        other,
-    )
-    .await;
+    release(&form, &conns, other).await;
     close(conns, file).await;
 }
 
@@ -187,12 +181,6 @@ async fn a_batch_with_a_retry_is_not_settled_with_a_claim() {
     assert_eq!(held(&conn), (1..=16).collect::<Vec<_>>());
     let expected: Vec<(i64, i64)> = (1..=40).map(|id| (id, i64::from(id <= 16))).collect();
     assert_eq!(left(&conns).await, expected, "nothing ran");
-    <AdvisoryForm as Form<Sqlite>>::release_batch(
-        &form,
-        &conns,
-        &(1..=16).collect::<Vec<_>>(),
-        conn,
-    )
-    .await;
+    release(&form, &conns, conn).await;
     close(conns, file).await;
 }
