@@ -219,23 +219,24 @@ macro_rules! driver_common {
             rows
         }
 
-        async fn fetch_sets(
+        async fn fetch_sets_until(
             conn: &mut Self::Connection,
             sql: String,
-        ) -> Result<Vec<Vec<Self::Row>>, sqlx::Error> {
+        ) -> (Vec<Vec<Self::Row>>, Result<(), sqlx::Error>) {
             use futures::TryStreamExt as _;
             let _gate = Self::gate(conn).await;
             let mut sets = Vec::new();
             let mut rows = Vec::new();
             let mut results = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_many(&mut *conn);
             // A statement's rows, then its result.
-            while let Some(next) = results.try_next().await? {
-                match next {
-                    sqlx::Either::Left(_) => sets.push(std::mem::take(&mut rows)),
-                    sqlx::Either::Right(row) => rows.push(row),
+            loop {
+                match results.try_next().await {
+                    Ok(Some(sqlx::Either::Left(_))) => sets.push(std::mem::take(&mut rows)),
+                    Ok(Some(sqlx::Either::Right(row))) => rows.push(row),
+                    Ok(None) => return (sets, Ok(())),
+                    Err(error) => return (sets, Err(error)),
                 }
             }
-            Ok(sets)
         }
 
         async fn fetch_transient(

@@ -68,7 +68,19 @@ pub trait Driver: sqlx::Database + sqlx::database::HasStatementCache {
     fn fetch_sets(
         conn: &mut Self::Connection,
         sql: String,
-    ) -> impl Future<Output = Result<Vec<Vec<Self::Row>>, sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<Vec<Vec<Self::Row>>, sqlx::Error>> + Send {
+        async move {
+            let (sets, done) = Self::fetch_sets_until(conn, sql).await;
+            done.map(|()| sets)
+        }
+    }
+
+    /// As [`fetch_sets`](Driver::fetch_sets), with the rows of the statements that completed
+    /// before one failed: a statement's set is there once the server reported it done.
+    fn fetch_sets_until(
+        conn: &mut Self::Connection,
+        sql: String,
+    ) -> impl Future<Output = (Vec<Vec<Self::Row>>, Result<(), sqlx::Error>)> + Send;
 
     /// Runs a query returning at most one row, without keeping it prepared (a `SELECT *`,
     /// whose result changes with the table: PostgreSQL refuses a cached plan whose result

@@ -7,6 +7,8 @@ use sqlx::{AssertSqlSafe, SqlSafeStr as _, SqlStr};
 
 use crate::table::{Dialect, Value, ValueKind};
 
+mod inline;
+
 /// What a statement's placeholders take, in the order they appear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Slot {
@@ -196,67 +198,6 @@ impl Stmt {
     /// Its placeholders' types.
     pub(crate) fn kinds(&self) -> Vec<ValueKind> {
         self.slots.iter().map(|slot| slot.kind()).collect()
-    }
-
-    /// Its text with the values of `args` in place of its placeholders, as MySQL/MariaDB
-    /// literals, for a [`multi`](Stmt::multi) statement: integers as numbers, text and bytes in
-    /// hexadecimal (nothing to escape, whatever the server's `sql_mode`), times as
-    /// `DATETIME(6)`. A `?` inside quotes is text, not a placeholder.
-    pub(crate) fn inlined(&self, args: &Args<'_>) -> String {
-        let mut out = String::with_capacity(self.sql.len() + 16 * self.slots.len());
-        let mut values = self.values(args);
-        let mut quote = None;
-        for c in self.sql.chars() {
-            match (quote, c) {
-                (None, '?') => match values.next() {
-                    Some(value) => push_literal(&mut out, value),
-                    None => out.push(c),
-                },
-                (None, '\'' | '"' | '`') => {
-                    quote = Some(c);
-                    out.push(c);
-                }
-                (Some(open), _) => {
-                    if c == open {
-                        quote = None;
-                    }
-                    out.push(c);
-                }
-                (None, _) => out.push(c),
-            }
-        }
-        debug_assert!(values.next().is_none(), "a value without its placeholder");
-        out
-    }
-}
-
-/// `value` as a MySQL/MariaDB literal (see [`Stmt::inlined`]).
-fn push_literal(out: &mut String, value: Value<'_>) {
-    use std::fmt::Write as _;
-    let hex = |out: &mut String, bytes: &[u8]| {
-        out.push_str("X'");
-        for byte in bytes {
-            let _ = write!(out, "{byte:02x}");
-        }
-        out.push('\'');
-    };
-    match value {
-        Value::I64(v) => {
-            let _ = write!(out, "{v}");
-        }
-        Value::Bytes(v) => hex(out, v),
-        Value::Text(Some(v)) => {
-            out.push_str("_utf8mb4 ");
-            hex(out, v.as_bytes());
-        }
-        Value::Time(Some(v)) => {
-            let _ = write!(
-                out,
-                "CAST('{}' AS DATETIME(6))",
-                v.format("%Y-%m-%d %H:%M:%S%.6f")
-            );
-        }
-        Value::Text(None) | Value::Time(None) => out.push_str("NULL"),
     }
 }
 
@@ -525,7 +466,7 @@ mod tests {
             ..Args::default()
         };
         assert_eq!(
-            stmt.inlined(&args),
+            stmt.inlined(Dialect::MySql, &args),
             "SELECT a FROM `t?` WHERE a IN (7, -9) AND b = '?' AND c <= \
              CAST('2026-12-03 08:01:02.000304' AS DATETIME(6)); DELETE FROM t WHERE \
              g = _utf8mb4 X'c3a92778' AND p = X'00ff' AND h = NULL AND f >= -9223372036854775808"

@@ -42,7 +42,7 @@ pub(crate) async fn fetch_sets<DB: Backend>(
     args: &Args<'_>,
 ) -> Result<Vec<Vec<DB::Row>>, sqlx::Error> {
     debug_assert!(stmt.multi());
-    DB::fetch_sets(conn, stmt.inlined(args)).await
+    DB::fetch_sets(conn, stmt.inlined(DB::DIALECT, args)).await
 }
 
 /// Runs `stmt` with `args` on `conn`, reading its first column as integers.

@@ -84,7 +84,7 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     const HOLDS_KEYS: bool = false;
     /// A batch's settlement can claim the next batch with it
     /// ([`Form::settle_batch_and_claim`]): the lease form on SQLite, the advisory form on SQLite
-    /// and MySQL/MariaDB.
+    /// and MySQL/MariaDB, the row lock form on PostgreSQL.
     const CLAIMS_WITH_SETTLEMENT: bool = false;
 
     /// Renders the form's statements and prepares them on `conn`, once the checks every form
@@ -255,7 +255,9 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     /// join the two, claims the next batch of up to `next` rows with it (the lease and
     /// advisory forms on SQLite, in the same transaction: one commit, one wait for the WAL's
     /// fsync, where a settlement and a claim take two; the advisory form on MySQL/MariaDB, the
-    /// claim's first statement in the settlement's round trip). The settlement's results, and
+    /// claim's first statement in the settlement's round trip; the row lock form on
+    /// PostgreSQL, the batch's `DELETE` and `COMMIT` and the next batch's `BEGIN` and claim in
+    /// one round trip). The settlement's results, and
     /// the next batch when this claimed one (`None`: the caller claims as usual). The caller
     /// asks for none (`next` 0) with a batch settled `one_by_one`.
     fn settle_batch_and_claim(

@@ -36,7 +36,8 @@ use crate::table::Dialect;
 /// process instead (claims side by side only collide there and wait for the lock). Where the
 /// form can, the settlement of a full batch claims the next with it
 /// ([`Form::settle_batch_and_claim`]: on SQLite in its transaction, one commit a batch, not
-/// two; the advisory form on MySQL/MariaDB in its round trip).
+/// two; the advisory form on MySQL/MariaDB and the row lock form on PostgreSQL in its round
+/// trip).
 pub(super) async fn run<DB, F, H>(q: Arc<Live<DB, F>>, handler: Arc<H>, size: usize) -> QueueReport
 where
     DB: Backend,

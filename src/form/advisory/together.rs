@@ -137,8 +137,8 @@ impl AdvisoryForm {
         };
         let sql = format!(
             "{}; {}",
-            finish.inlined(&args),
-            lock.inlined(&self.lock_args(next, t.now, t.floor, &[]))
+            finish.inlined(DB::DIALECT, &args),
+            lock.inlined(DB::DIALECT, &self.lock_args(next, t.now, t.floor, &[]))
         );
         // Marked first: if the answer is lost, the connection is closed, not reused.
         conn.hold_key(Key::Pending);

@@ -1,20 +1,22 @@
 //! The row lock form: each delivery is claimed in a transaction of its own, on a connection of its
 //! own (`SELECT .. FOR UPDATE SKIP LOCKED`; on MySQL/MariaDB at READ COMMITTED), which holds the
 //! row while the handler runs; the settlement runs in that transaction, and its commit is the
-//! settlement. A transactional handler writes in a savepoint of it.
+//! settlement. A transactional handler writes in a savepoint of it. On PostgreSQL a full batch's
+//! settlement carries the next batch's claim in its round trip (`together.rs`).
 
 use super::{
-    Checked, ClaimFailed, Conns, Form, Held, Returned, execute, fetch_claimed, fetch_i64,
-    no_dead_letter, no_retry_after, on_conn, settlement_args,
+    Checked, ClaimFailed, Conns, Form, Held, Returned, SettledAndClaimed, execute, fetch_claimed,
+    fetch_i64, no_dead_letter, no_retry_after, on_conn, settlement_args,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
 use crate::delivery::{Outcome, Settle};
 use crate::dialect::{self, Args, MAX_FINISH, RowLockSql, Stmt};
 use crate::error::{Error, Result};
+use crate::table::Dialect;
 
-#[path = "row_lock_fifo.rs"]
 mod fifo;
+mod together;
 
 /// The row lock form of one mounted queue.
 #[derive(Debug)]
@@ -27,6 +29,7 @@ impl<DB: Backend> Form<DB> for RowLockForm {
     type Hold = Held<DB>;
     type Batch = HeldConn<DB>;
     const ONE_CLAIM: bool = false;
+    const CLAIMS_WITH_SETTLEMENT: bool = matches!(DB::DIALECT, Dialect::Postgres);
 
     async fn prepare(
         conn: &mut DB::Connection,
@@ -173,14 +176,29 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         conns.put_held(conn);
         match failed {
             None => Ok(settlements.iter().map(|_| Ok(())).collect()),
-            Some((row, error)) => Err((
-                row,
-                Error::BatchRolledBack {
-                    queue: self.checked.queue.to_string(),
-                    rows: settlements.len(),
-                    source: Box::new(error),
-                },
-            )),
+            Some((row, error)) => Err((row, self.rolled_back(settlements.len(), error))),
+        }
+    }
+
+    async fn settle_batch_and_claim(
+        &self,
+        conns: &Conns<DB>,
+        settlements: &[(i64, Outcome)],
+        batch: HeldConn<DB>,
+        one_by_one: bool,
+        next: usize,
+    ) -> SettledAndClaimed<DB, Self> {
+        match self
+            .settle_and_claim::<DB>(conns, settlements, batch, next)
+            .await
+        {
+            Ok(together) => together,
+            Err(batch) => {
+                let settled =
+                    <Self as Form<DB>>::settle_batch(self, conns, settlements, batch, one_by_one)
+                        .await;
+                (settled, None)
+            }
         }
     }
 
@@ -255,16 +273,40 @@ impl RowLockForm {
             [] => &self.sql.claim,
             _ => &self.sql.claim_excluding,
         };
-        let mut rows = fetch_claimed::<DB>(&mut conn, claim, &args, checked.columns).await?;
+        let rows = fetch_claimed::<DB>(&mut conn, claim, &args, checked.columns).await?;
+        let rows = self.claimed::<DB>(&mut conn, &args, rows).await?;
+        Ok((rows, conn))
+    }
+
+    /// `rows`, claimed on `conn` with `args` (a floor, a limit): the claims' floor told, the
+    /// rows whose FIFO group is guarded elsewhere passed over, sorted by id; with none left,
+    /// the transaction ended.
+    async fn claimed<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        args: &Args<'_>,
+        rows: Vec<ClaimedRow>,
+    ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+        let checked = &self.checked;
+        let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
         checked
             .floor
-            .claimed(floor, limit, rows.iter().map(|row| row.id));
-        rows = fifo::guarded::<DB>(&mut conn, &self.sql, &args, rows, checked.columns).await?;
+            .claimed(args.floor, limit, rows.iter().map(|row| row.id));
+        let mut rows = fifo::guarded::<DB>(conn, &self.sql, args, rows, checked.columns).await?;
         if rows.is_empty() && conn.depth() > 0 {
             conn.rollback().await?;
         }
         rows.sort_unstable_by_key(|row| row.id);
-        Ok((rows, conn))
+        Ok(rows)
+    }
+
+    /// The error of a batch whose transaction rolled back.
+    fn rolled_back(&self, rows: usize, error: Error) -> Error {
+        Error::BatchRolledBack {
+            queue: self.checked.queue.to_string(),
+            rows,
+            source: Box::new(error),
+        }
     }
 
     /// Runs each row's settlement statement in the claim's transaction: the first that fails
