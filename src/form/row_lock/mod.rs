@@ -5,17 +5,18 @@
 //! settlement carries the next batch's claim in its round trip (`together.rs`).
 
 use super::{
-    Checked, ClaimFailed, Conns, Form, Held, Returned, SettledAndClaimed, execute, fetch_claimed,
-    fetch_i64, no_dead_letter, no_retry_after, on_conn, settlement_args,
+    Checked, ClaimFailed, Conns, Form, Held, Returned, SettledAndClaimed, fetch_claimed, fetch_i64,
+    on_conn,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
-use crate::delivery::{Outcome, Settle};
-use crate::dialect::{self, Args, MAX_FINISH, RowLockSql, Stmt};
+use crate::delivery::Outcome;
+use crate::dialect::{self, Args, RowLockSql};
 use crate::error::{Error, Result};
 use crate::table::Dialect;
 
 mod fifo;
+mod settle;
 mod together;
 
 /// The row lock form of one mounted queue.
@@ -306,114 +307,6 @@ impl RowLockForm {
             queue: self.checked.queue.to_string(),
             rows,
             source: Box::new(error),
-        }
-    }
-
-    /// Runs each row's settlement statement in the claim's transaction: the first that fails
-    /// names its row.
-    async fn apply_each<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        settlements: &[(i64, Outcome)],
-    ) -> Result<(), (Option<i64>, Error)> {
-        for &(id, outcome) in settlements {
-            self.apply::<DB>(conn, id, outcome)
-                .await
-                .map_err(|error| (Some(id), error))?;
-        }
-        Ok(())
-    }
-
-    /// Runs a batch's settlements in the claim's transaction with one statement per outcome
-    /// kind — acks and drops, retries — for up to [`MAX_FINISH`] rows each; the rest (a delay, a
-    /// dead letter, a custom statement) row by row. A set statement that fails names no row.
-    async fn apply_sets<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        settlements: &[(i64, Outcome)],
-    ) -> Result<(), (Option<i64>, Error)> {
-        let checked = &self.checked;
-        let (mut finish, mut retry, mut each) = (Vec::new(), Vec::new(), Vec::new());
-        for &(id, outcome) in settlements {
-            match outcome.0 {
-                _ if checked.custom.get(outcome.0).is_some() => each.push((id, outcome)),
-                Settle::Ack | Settle::Drop | Settle::Undecodable => finish.push(id),
-                Settle::DeadLetter if checked.dead.is_none() => {
-                    no_dead_letter(&checked.table, id);
-                    finish.push(id);
-                }
-                // Without an attempt column a retry leaves the row as it was.
-                Settle::Retry if self.sql.retry_many.is_none() => {}
-                Settle::Retry => retry.push(id),
-                Settle::DeadLetter | Settle::RetryAfter(_) => each.push((id, outcome)),
-            }
-        }
-        let now = Some(checked.clock.now());
-        let sets = [
-            (finish, Some(&self.sql.finish_many)),
-            (retry, self.sql.retry_many.as_ref()),
-        ];
-        for (ids, statements) in sets {
-            let Some(statements) = statements else {
-                continue;
-            };
-            for chunk in ids.chunks(MAX_FINISH) {
-                let stmt = statements.for_len(chunk.len());
-                let args = Args {
-                    ids: chunk,
-                    now,
-                    ..Args::default()
-                };
-                execute::<DB>(conn, stmt, &args)
-                    .await
-                    .map_err(|error| (None, Error::from(error)))?;
-            }
-        }
-        self.apply_each::<DB>(conn, &each).await
-    }
-
-    /// Runs row `id`'s settlement statement in the claim's transaction, without ending it:
-    /// `false` when the outcome has none (a retry without an attempt column leaves the row as
-    /// it was: a rollback).
-    async fn apply<DB: Backend>(
-        &self,
-        conn: &mut HeldConn<DB>,
-        id: i64,
-        outcome: Outcome,
-    ) -> Result<bool> {
-        let checked = &self.checked;
-        let args = settlement_args(checked, id, outcome);
-        if let Some(custom) = checked.custom.get(outcome.0) {
-            execute::<DB>(conn, custom, &args).await?;
-            return Ok(true);
-        }
-        let stmt: Option<&Stmt> = match outcome.0 {
-            Settle::DeadLetter => match &checked.dead {
-                Some(dead) => {
-                    dead.run(conn, &args).await?;
-                    return Ok(true);
-                }
-                None => {
-                    no_dead_letter(&checked.table, id);
-                    Some(&self.sql.finish)
-                }
-            },
-            Settle::Ack | Settle::Drop | Settle::Undecodable => Some(&self.sql.finish),
-            Settle::Retry => self.sql.retry.as_ref(),
-            Settle::RetryAfter(delay) => match &self.sql.retry_after {
-                Some(stmt) => Some(stmt),
-                None => {
-                    no_retry_after(&checked.table, delay);
-                    self.sql.retry.as_ref()
-                }
-            },
-        };
-        match stmt {
-            Some(stmt) => {
-                execute::<DB>(conn, stmt, &args).await?;
-                Ok(true)
-            }
-            None => Ok(false),
         }
     }
 }
