@@ -19,44 +19,63 @@ impl Stmt {
     ///
     /// A placeholder's character inside quotes is text, not a placeholder.
     pub(crate) fn inlined(&self, dialect: Dialect, args: &Args<'_>) -> String {
+        // Written by hand, not through `fmt`: a batch's texts carry dozens of values, and
+        // `write!` per value and per hexadecimal byte cost MariaDB's advisory batches more
+        // client time than the statements they save (callgrind: 74M of the crate's 193M
+        // instructions in a drain of 5,000 rows at 8 workers x 16, the baseline's 103M).
+        let sql = self.sql.as_bytes();
         let mut out = String::with_capacity(self.sql.len() + 24 * self.slots.len());
         let mut values = self.values(args);
         let mut quote = None;
-        let mut chars = self.sql.chars().peekable();
-        while let Some(c) = chars.next() {
+        // The start of the text not copied yet: placeholders and quotes are ASCII, so every
+        // run copied ends on a character boundary.
+        let mut copied = 0;
+        let mut i = 0;
+        while i < sql.len() {
+            let c = sql[i];
             match (quote, c, dialect) {
-                (None, '?', Dialect::MySql) => match values.next() {
-                    Some(value) => mysql(&mut out, value),
-                    None => out.push(c),
-                },
-                (None, '$', Dialect::Postgres)
-                    if chars.peek().is_some_and(char::is_ascii_digit) =>
+                (None, b'?', Dialect::MySql) => {
+                    let Some(value) = values.next() else {
+                        i += 1;
+                        continue;
+                    };
+                    out.push_str(&self.sql[copied..i]);
+                    mysql(&mut out, value);
+                    i += 1;
+                    copied = i;
+                }
+                (None, b'$', Dialect::Postgres)
+                    if sql.get(i + 1).is_some_and(u8::is_ascii_digit) =>
                 {
+                    out.push_str(&self.sql[copied..i]);
                     // Numbered in order of appearance: `$n` is the n-th slot.
                     let mut n = 0usize;
-                    while let Some(digit) = chars.peek().and_then(|c| c.to_digit(10)) {
-                        n = n * 10 + digit as usize;
-                        chars.next();
+                    i += 1;
+                    while let Some(digit) = sql.get(i).filter(|c| c.is_ascii_digit()) {
+                        n = n * 10 + usize::from(digit - b'0');
+                        i += 1;
                     }
+                    copied = i;
                     let slot = self.slots.get(n.wrapping_sub(1)).copied();
                     debug_assert!(slot.is_some(), "${n} without its slot");
                     if let Some(slot) = slot {
                         postgres(&mut out, args.value(slot));
                     }
                 }
-                (None, '\'' | '"', _) | (None, '`', Dialect::MySql) => {
+                (None, b'\'' | b'"', _) | (None, b'`', Dialect::MySql) => {
                     quote = Some(c);
-                    out.push(c);
+                    i += 1;
                 }
                 (Some(open), _, _) => {
                     if c == open {
                         quote = None;
                     }
-                    out.push(c);
+                    i += 1;
                 }
-                (None, _, _) => out.push(c),
+                (None, _, _) => i += 1,
             }
         }
+        out.push_str(&self.sql[copied..]);
         debug_assert!(
             dialect != Dialect::MySql || values.next().is_none(),
             "a value without its placeholder"
@@ -65,12 +84,31 @@ impl Stmt {
     }
 }
 
+/// `v` in decimal.
+fn integer(out: &mut String, v: i64) {
+    let mut digits = [0u8; 20];
+    let mut n = v.unsigned_abs();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if v < 0 {
+        out.push('-');
+    }
+    for &digit in &digits[at..] {
+        out.push(char::from(digit));
+    }
+}
+
 /// `value` as a MySQL/MariaDB literal (see [`Stmt::inlined`]).
 fn mysql(out: &mut String, value: Value<'_>) {
     match value {
-        Value::I64(v) => {
-            let _ = write!(out, "{v}");
-        }
+        Value::I64(v) => integer(out, v),
         Value::Bytes(v) => hex(out, "X'", v, "'"),
         Value::Text(Some(v)) => hex(out, "_utf8mb4 X'", v.as_bytes(), "'"),
         Value::Time(Some(v)) => {
@@ -90,7 +128,9 @@ fn postgres(out: &mut String, value: Value<'_>) {
         // Quoted: `-9223372036854775808` unquoted is a `numeric` negated, which no index on a
         // `bigint` serves.
         Value::I64(v) => {
-            let _ = write!(out, "'{v}'::int8");
+            out.push('\'');
+            integer(out, v);
+            out.push_str("'::int8");
         }
         Value::Bytes(v) => hex(out, "decode('", v, "', 'hex')"),
         Value::Text(Some(v)) => {
@@ -117,9 +157,12 @@ fn postgres(out: &mut String, value: Value<'_>) {
 }
 
 fn hex(out: &mut String, open: &str, bytes: &[u8], close: &str) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     out.push_str(open);
+    out.reserve(2 * bytes.len() + close.len());
     for byte in bytes {
-        let _ = write!(out, "{byte:02x}");
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 15)]));
     }
     out.push_str(close);
 }
