@@ -26,7 +26,7 @@ use sqlx::query::Query;
 use sqlx::{Pool, SqlStr};
 use sqlx_core::transaction::TransactionManager as _;
 
-pub(crate) use claimed::{ClaimColumns, ClaimedRow, claimed_row, fetch_claimed};
+pub(crate) use claimed::{ClaimColumns, ClaimedRow, claimed_row, claimed_rows, fetch_claimed};
 pub(crate) use clock::Clock;
 pub(crate) use engine::Engine;
 pub(crate) use held::{HeldConn, Key, in_process};

@@ -45,11 +45,19 @@ pub(crate) async fn fetch_claimed<DB: Backend>(
     query: Q<DB>,
     columns: ClaimColumns,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
-    use sqlx::Row as _;
     let rows = DB::fetch_all(conn, query).await?;
+    claimed_rows::<DB>(&rows, columns)
+}
+
+/// The claimed rows of a claim statement's result, every column the row's.
+pub(crate) fn claimed_rows<DB: Backend>(
+    rows: &[DB::Row],
+    columns: ClaimColumns,
+) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+    use sqlx::Row as _;
     // Sized once: a list grown row by row reallocates twice for a batch of 16.
     let mut claimed = Vec::with_capacity(rows.len());
-    for row in &rows {
+    for row in rows {
         claimed.push(claimed_row::<DB>(row, columns, row.len())?);
     }
     Ok(claimed)

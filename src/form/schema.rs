@@ -11,6 +11,7 @@ use super::floor::Floor;
 use super::{Custom, Dead, dead_table};
 use crate::backend::{Backend, ClaimColumns, Clock, Engine};
 use crate::config::{Event, FormKind, QueueConfig};
+use crate::delivery::{Outcome, Settle};
 use crate::dialect::{self, DeadTarget, Kind, Names, Stmt};
 use crate::error::{Error, Result, SchemaError};
 use crate::table::{DeadLetter, Dialect};
@@ -92,6 +93,15 @@ pub(crate) struct Checked {
     pub(crate) server: Server,
     /// Where the queue's claims start reading ([`Floor`]).
     pub(crate) floor: Floor,
+}
+
+impl Checked {
+    /// Whether `outcome` settles by a batch's grouped `DELETE` (or marking): an ack, a drop or
+    /// an undecodable row, with no statement of the queue's own for it.
+    pub(crate) fn finishes(&self, outcome: Outcome) -> bool {
+        matches!(outcome.0, Settle::Ack | Settle::Drop | Settle::Undecodable)
+            && self.custom.get(outcome.0).is_none()
+    }
 }
 
 /// Checks one queue's table, dead letter and own statements on `conn`, preparing what is the

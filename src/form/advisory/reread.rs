@@ -5,7 +5,7 @@
 use chrono::{DateTime, Utc};
 
 use super::AdvisoryForm;
-use crate::backend::{Backend, ClaimedRow, HeldConn, claimed_row, is_row_error};
+use crate::backend::{Backend, ClaimedRow, HeldConn, claimed_rows, is_row_error};
 use crate::dialect::{Args, MAX_FINISH};
 use crate::form::{ClaimFailed, execute, fetch_claimed, fetch_sets};
 
@@ -75,10 +75,7 @@ impl AdvisoryForm {
             // Counted and read in one round trip.
             let sets = fetch_sets::<DB>(conn, take_count.for_len(ids.len()), &args).await?;
             let read = sets.last().map(Vec::as_slice).unwrap_or_default();
-            return read
-                .iter()
-                .map(|row| claimed_row::<DB>(row, columns, sqlx::Row::len(row)))
-                .collect();
+            return claimed_rows::<DB>(read, columns);
         }
         let take = self.sql.take_many.for_len(ids.len());
         let rows = fetch_claimed::<DB>(&mut *conn, take, &args, columns).await?;

@@ -15,7 +15,7 @@
 use super::AdvisoryForm;
 use super::keys::Keys;
 use crate::backend::{Backend, ClaimedRow, HeldConn, Key};
-use crate::delivery::{Outcome, Settle};
+use crate::delivery::Outcome;
 use crate::dialect::{self, Args, MAX_FINISH};
 use crate::error::{Error, Result};
 
@@ -40,7 +40,7 @@ impl AdvisoryForm {
             && (1..=MAX_FINISH).contains(&settlements.len())
             && settlements
                 .iter()
-                .all(|(_, outcome)| self.finishes(*outcome));
+                .all(|(_, outcome)| self.checked.finishes(*outcome));
         if !together {
             return None;
         }
@@ -192,12 +192,6 @@ impl AdvisoryForm {
                 Some((results, Vec::new()))
             }
         }
-    }
-
-    /// Whether `outcome` settles by the grouped `DELETE` (`finish_many`).
-    fn finishes(&self, outcome: Outcome) -> bool {
-        matches!(outcome.0, Settle::Ack | Settle::Drop | Settle::Undecodable)
-            && self.checked.custom.get(outcome.0).is_none()
     }
 }
 

@@ -261,15 +261,7 @@ impl RowLockForm {
         let checked = &self.checked;
         let mut conn = HeldConn::new(conns.get().await?);
         conn.begin(self.sql.begin).await?;
-        let floor = checked.floor.start();
-        let args = Args {
-            now: Some(checked.clock.now()),
-            group: checked.group.as_deref(),
-            limit: i64::try_from(limit).unwrap_or(i64::MAX),
-            floor,
-            excluded,
-            ..Args::default()
-        };
+        let args = self.claim_args(limit, excluded);
         let claim = match excluded {
             [] => &self.sql.claim,
             _ => &self.sql.claim_excluding,
@@ -277,6 +269,20 @@ impl RowLockForm {
         let rows = fetch_claimed::<DB>(&mut conn, claim, &args, checked.columns).await?;
         let rows = self.claimed::<DB>(&mut conn, &args, rows).await?;
         Ok((rows, conn))
+    }
+
+    /// The values of a claim of up to `limit` rows passing over `excluded`, from the claims'
+    /// floor now.
+    fn claim_args<'a>(&'a self, limit: usize, excluded: &'a [i64]) -> Args<'a> {
+        let checked = &self.checked;
+        Args {
+            now: Some(checked.clock.now()),
+            group: checked.group.as_deref(),
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            floor: checked.floor.start(),
+            excluded,
+            ..Args::default()
+        }
     }
 
     /// `rows`, claimed on `conn` with `args` (a floor, a limit): the claims' floor told, the

@@ -13,8 +13,8 @@
 //! transaction is rolled back and the worker claims as usual.
 
 use super::RowLockForm;
-use crate::backend::{Backend, HeldConn, claimed_row};
-use crate::delivery::{Outcome, Settle};
+use crate::backend::{Backend, HeldConn, claimed_rows};
+use crate::delivery::Outcome;
 use crate::dialect::{Args, MAX_FINISH};
 use crate::error::Error;
 use crate::form::{Conns, Form, SettledAndClaimed};
@@ -41,22 +41,15 @@ impl RowLockForm {
             && conn.depth() == 1
             && settlements
                 .iter()
-                .all(|(_, outcome)| self.finishes(*outcome));
+                .all(|(_, outcome)| checked.finishes(*outcome));
         if !joined {
             return Err(conn);
         }
         let ids: Vec<i64> = settlements.iter().map(|(id, _)| *id).collect();
-        let now = Some(checked.clock.now());
+        let claim = self.claim_args(next, &[]);
         let finish = Args {
             ids: &ids,
-            now,
-            ..Args::default()
-        };
-        let claim = Args {
-            now,
-            group: checked.group.as_deref(),
-            limit: i64::try_from(next).unwrap_or(i64::MAX),
-            floor: checked.floor.start(),
+            now: claim.now,
             ..Args::default()
         };
         let sql = format!(
@@ -71,12 +64,9 @@ impl RowLockForm {
         let (mut sets, done) = DB::fetch_sets_until(&mut conn, sql).await;
         let settled = sets.len() >= 2;
         let claimed = match done {
-            Ok(()) if sets.len() == SETS => sets
-                .pop()
-                .unwrap_or_default()
-                .iter()
-                .map(|row| claimed_row::<DB>(row, checked.columns, sqlx::Row::len(row)))
-                .collect::<Result<Vec<_>, _>>(),
+            Ok(()) if sets.len() == SETS => {
+                claimed_rows::<DB>(&sets.pop().unwrap_or_default(), checked.columns)
+            }
             Ok(()) => Err(sqlx::Error::Protocol(format!(
                 "{} results to a batch's settlement with the next claim, not {SETS}",
                 sets.len()
@@ -106,12 +96,6 @@ impl RowLockForm {
         }
         let error = self.rolled_back(ids.len(), Error::from(error));
         Ok((Err((None, error)), None))
-    }
-
-    /// Whether `outcome` settles by the grouped `DELETE` (`finish_many`).
-    fn finishes(&self, outcome: Outcome) -> bool {
-        matches!(outcome.0, Settle::Ack | Settle::Drop | Settle::Undecodable)
-            && self.checked.custom.get(outcome.0).is_none()
     }
 }
 
