@@ -33,18 +33,26 @@ impl<S: Subscriber> Layer<S> for CountStatements {
 
 /// Installs the process's subscriber: the statement count, and with `RUST_LOG` set, the log
 /// it asks for (the crate's warnings, for diagnosis) on standard error. Every other callsite
-/// stays disabled, so the crate's spans cost what they cost without a subscriber.
+/// stays disabled, so the crate's spans cost what they cost without a subscriber. The log
+/// layer is not added at all without `RUST_LOG`: an absent layer (`Option::None`) declares
+/// interest in every callsite, which had enabled the crate's `batch` and `delivery` spans in
+/// every timed drain — and sqlx enters the current span at each row it reads.
 pub(crate) fn install() {
     let counting = CountStatements.with_filter(
         Targets::new().with_target("sqlx::query", tracing::level_filters::LevelFilter::TRACE),
     );
-    let log = std::env::var_os("RUST_LOG").is_some().then(|| {
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::io::stderr)
-            .with_filter(EnvFilter::from_default_env())
-    });
-    let subscriber = tracing_subscriber::registry().with(counting).with(log);
-    tracing::subscriber::set_global_default(subscriber).expect("one subscriber");
+    let registry = tracing_subscriber::registry().with(counting);
+    let installed = match std::env::var_os("RUST_LOG") {
+        Some(_) => tracing::subscriber::set_global_default(
+            registry.with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    .with_filter(EnvFilter::from_default_env()),
+            ),
+        ),
+        None => tracing::subscriber::set_global_default(registry),
+    };
+    installed.expect("one subscriber");
 }
 
 /// What a counted drain sent.
