@@ -156,6 +156,8 @@ pub(crate) struct Stmt {
     /// The statements of a [`multi`](Stmt::multi) statement, each on its own (checked at start
     /// by preparing them); empty for one statement.
     parts: Box<[Stmt]>,
+    /// Where [`inlined`](Stmt::inlined) writes the values.
+    marks: Box<[inline::Mark]>,
 }
 
 impl Stmt {
@@ -375,11 +377,13 @@ impl SqlWriter {
     /// The statement written since the last [`then`](SqlWriter::then).
     fn part(&self) -> Stmt {
         let (text, slots) = self.part_start;
+        let (sql, slots) = (&self.sql[text..], &self.slots[slots..]);
         Stmt {
-            sql: self.sql[text..].into(),
-            slots: self.slots[slots..].into(),
+            sql: sql.into(),
+            slots: slots.into(),
             unprepared: self.unprepared,
             parts: Box::default(),
+            marks: inline::marks(sql, self.dialect, slots.len()),
         }
     }
 
@@ -397,6 +401,7 @@ impl SqlWriter {
             self.parts.push(last);
         }
         Stmt {
+            marks: inline::marks(&self.sql, self.dialect, self.slots.len()),
             sql: self.sql.into(),
             slots: self.slots.into(),
             unprepared: self.unprepared,

@@ -2,10 +2,61 @@
 //! one text (a [`multi`](Stmt::multi) statement on MySQL/MariaDB; a batch's settlement joined
 //! with the next claim): one round trip for several statements, none of them prepared.
 
-use std::fmt::Write as _;
+use std::io::Write as _;
 
 use super::{Args, Stmt};
 use crate::table::{Dialect, Value};
+
+/// Where a value is written into a statement's text: the placeholder's bytes (`start..end`)
+/// and the index of its slot.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Mark {
+    start: u32,
+    end: u32,
+    slot: u16,
+}
+
+/// The placeholders of `sql` that take one of its `slots` values, in order, found once when the
+/// statement is written: MySQL/MariaDB's `?` take the values in order (a `?` past the last is
+/// text), PostgreSQL's `$n` the n-th. A placeholder's character inside quotes is text.
+pub(super) fn marks(sql: &str, dialect: Dialect, slots: usize) -> Box<[Mark]> {
+    let sql = sql.as_bytes();
+    let mut marks = Vec::with_capacity(slots);
+    let mut quote = None;
+    let mut i = 0;
+    while i < sql.len() {
+        let c = sql[i];
+        let start = i;
+        i += 1;
+        match (quote, c, dialect) {
+            (None, b'?', Dialect::MySql) if marks.len() < slots => {
+                marks.push((start, i, marks.len()))
+            }
+            (None, b'$', Dialect::Postgres) if sql.get(i).is_some_and(u8::is_ascii_digit) => {
+                let mut n = 0usize;
+                while let Some(digit) = sql.get(i).filter(|c| c.is_ascii_digit()) {
+                    n = n * 10 + usize::from(digit - b'0');
+                    i += 1;
+                }
+                debug_assert!((1..=slots).contains(&n), "${n} without its slot");
+                if (1..=slots).contains(&n) {
+                    marks.push((start, i, n - 1));
+                }
+            }
+            (None, b'\'' | b'"', _) | (None, b'`', Dialect::MySql) => quote = Some(c),
+            (Some(open), _, _) if c == open => quote = None,
+            _ => {}
+        }
+    }
+    marks
+        .into_iter()
+        .map(|(start, end, slot)| Mark {
+            start: u32::try_from(start).expect("a statement under 4 GiB"),
+            end: u32::try_from(end).expect("a statement under 4 GiB"),
+            slot: u16::try_from(slot).expect("under 65,536 placeholders"),
+        })
+        .collect()
+}
 
 impl Stmt {
     /// Its text with the values of `args` in place of its placeholders, as `dialect`'s literals
@@ -19,73 +70,32 @@ impl Stmt {
     ///
     /// A placeholder's character inside quotes is text, not a placeholder.
     pub(crate) fn inlined(&self, dialect: Dialect, args: &Args<'_>) -> String {
-        // Written by hand, not through `fmt`: a batch's texts carry dozens of values, and
-        // `write!` per value and per hexadecimal byte cost MariaDB's advisory batches more
-        // client time than the statements they save (callgrind: 74M of the crate's 193M
-        // instructions in a drain of 5,000 rows at 8 workers x 16, the baseline's 103M).
+        // Written by hand, not through `fmt`, into bytes, between placeholders found when the
+        // statement was written: a batch's texts carry dozens of values, and `write!` per value
+        // and per hexadecimal byte, then a scan of the text per call, cost MariaDB's advisory
+        // batches more client time than the statements they save (callgrind, a drain of 5,000
+        // rows at 8 workers x 16: 74M instructions of the crate's 193M, then 18M of 145M; the
+        // baseline's whole drain 103M).
         let sql = self.sql.as_bytes();
-        let mut out = String::with_capacity(self.sql.len() + 24 * self.slots.len());
-        let mut values = self.values(args);
-        let mut quote = None;
-        // The start of the text not copied yet: placeholders and quotes are ASCII, so every
-        // run copied ends on a character boundary.
+        let mut out = Vec::with_capacity(sql.len() + 40 * self.marks.len());
         let mut copied = 0;
-        let mut i = 0;
-        while i < sql.len() {
-            let c = sql[i];
-            match (quote, c, dialect) {
-                (None, b'?', Dialect::MySql) => {
-                    let Some(value) = values.next() else {
-                        i += 1;
-                        continue;
-                    };
-                    out.push_str(&self.sql[copied..i]);
-                    mysql(&mut out, value);
-                    i += 1;
-                    copied = i;
-                }
-                (None, b'$', Dialect::Postgres)
-                    if sql.get(i + 1).is_some_and(u8::is_ascii_digit) =>
-                {
-                    out.push_str(&self.sql[copied..i]);
-                    // Numbered in order of appearance: `$n` is the n-th slot.
-                    let mut n = 0usize;
-                    i += 1;
-                    while let Some(digit) = sql.get(i).filter(|c| c.is_ascii_digit()) {
-                        n = n * 10 + usize::from(digit - b'0');
-                        i += 1;
-                    }
-                    copied = i;
-                    let slot = self.slots.get(n.wrapping_sub(1)).copied();
-                    debug_assert!(slot.is_some(), "${n} without its slot");
-                    if let Some(slot) = slot {
-                        postgres(&mut out, args.value(slot));
-                    }
-                }
-                (None, b'\'' | b'"', _) | (None, b'`', Dialect::MySql) => {
-                    quote = Some(c);
-                    i += 1;
-                }
-                (Some(open), _, _) => {
-                    if c == open {
-                        quote = None;
-                    }
-                    i += 1;
-                }
-                (None, _, _) => i += 1,
+        for mark in &self.marks {
+            out.extend_from_slice(&sql[copied..mark.start as usize]);
+            let value = args.value(self.slots[usize::from(mark.slot)]);
+            match dialect {
+                Dialect::Postgres => postgres(&mut out, value),
+                Dialect::MySql | Dialect::Sqlite => mysql(&mut out, value),
             }
+            copied = mark.end as usize;
         }
-        out.push_str(&self.sql[copied..]);
-        debug_assert!(
-            dialect != Dialect::MySql || values.next().is_none(),
-            "a value without its placeholder"
-        );
-        out
+        out.extend_from_slice(&sql[copied..]);
+        // Runs of a `str` cut at ASCII placeholders, and ASCII or a `str`'s bytes written.
+        String::from_utf8(out).expect("UTF-8 in, UTF-8 out")
     }
 }
 
 /// `v` in decimal.
-fn integer(out: &mut String, v: i64) {
+fn integer(out: &mut Vec<u8>, v: i64) {
     let mut digits = [0u8; 20];
     let mut n = v.unsigned_abs();
     let mut at = digits.len();
@@ -98,19 +108,17 @@ fn integer(out: &mut String, v: i64) {
         }
     }
     if v < 0 {
-        out.push('-');
+        out.push(b'-');
     }
-    for &digit in &digits[at..] {
-        out.push(char::from(digit));
-    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// `value` as a MySQL/MariaDB literal (see [`Stmt::inlined`]).
-fn mysql(out: &mut String, value: Value<'_>) {
+fn mysql(out: &mut Vec<u8>, value: Value<'_>) {
     match value {
         Value::I64(v) => integer(out, v),
-        Value::Bytes(v) => hex(out, "X'", v, "'"),
-        Value::Text(Some(v)) => hex(out, "_utf8mb4 X'", v.as_bytes(), "'"),
+        Value::Bytes(v) => hex(out, b"X'", v, b"'"),
+        Value::Text(Some(v)) => hex(out, b"_utf8mb4 X'", v.as_bytes(), b"'"),
         Value::Time(Some(v)) => {
             let _ = write!(
                 out,
@@ -118,31 +126,32 @@ fn mysql(out: &mut String, value: Value<'_>) {
                 v.format("%Y-%m-%d %H:%M:%S%.6f")
             );
         }
-        Value::Text(None) | Value::Time(None) => out.push_str("NULL"),
+        Value::Text(None) | Value::Time(None) => out.extend_from_slice(b"NULL"),
     }
 }
 
 /// `value` as a PostgreSQL literal of the type sqlx binds it as (see [`Stmt::inlined`]).
-fn postgres(out: &mut String, value: Value<'_>) {
+fn postgres(out: &mut Vec<u8>, value: Value<'_>) {
     match value {
         // Quoted: `-9223372036854775808` unquoted is a `numeric` negated, which no index on a
         // `bigint` serves.
         Value::I64(v) => {
-            out.push('\'');
+            out.push(b'\'');
             integer(out, v);
-            out.push_str("'::int8");
+            out.extend_from_slice(b"'::int8");
         }
-        Value::Bytes(v) => hex(out, "decode('", v, "', 'hex')"),
+        Value::Bytes(v) => hex(out, b"decode('", v, b"', 'hex')"),
         Value::Text(Some(v)) => {
-            out.push_str("E'");
-            for c in v.chars() {
-                match c {
-                    '\'' => out.push_str("''"),
-                    '\\' => out.push_str("\\\\"),
-                    c => out.push(c),
+            out.extend_from_slice(b"E'");
+            // Byte by byte: no byte of a multi-byte character is ASCII.
+            for &byte in v.as_bytes() {
+                match byte {
+                    b'\'' => out.extend_from_slice(b"''"),
+                    b'\\' => out.extend_from_slice(b"\\\\"),
+                    byte => out.push(byte),
                 }
             }
-            out.push_str("'::text");
+            out.extend_from_slice(b"'::text");
         }
         Value::Time(Some(v)) => {
             let _ = write!(
@@ -151,20 +160,21 @@ fn postgres(out: &mut String, value: Value<'_>) {
                 v.format("%Y-%m-%d %H:%M:%S%.6f+00")
             );
         }
-        Value::Text(None) => out.push_str("NULL::text"),
-        Value::Time(None) => out.push_str("NULL::timestamptz"),
+        Value::Text(None) => out.extend_from_slice(b"NULL::text"),
+        Value::Time(None) => out.extend_from_slice(b"NULL::timestamptz"),
     }
 }
 
-fn hex(out: &mut String, open: &str, bytes: &[u8], close: &str) {
+fn hex(out: &mut Vec<u8>, open: &[u8], bytes: &[u8], close: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    out.push_str(open);
-    out.reserve(2 * bytes.len() + close.len());
-    for byte in bytes {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 15)]));
+    out.extend_from_slice(open);
+    let at = out.len();
+    out.resize(at + 2 * bytes.len(), 0);
+    for (pair, byte) in out[at..].chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 15)];
     }
-    out.push_str(close);
+    out.extend_from_slice(close);
 }
 
 #[cfg(test)]
