@@ -170,7 +170,7 @@ pub(crate) fn each_once_at_attempt_one(mut seen: Vec<(i64, u32)>) {
 /// .. RELEASE_LOCK(..)` in one text, one round trip, by the names the client wrote), and no key
 /// is left.
 pub(crate) async fn acks_release_their_keys_in_the_settling_statement<DB: TestDb>() {
-    acks_release_their_keys::<DB>(0, "; SELECT CAST(RELEASE_LOCK(").await;
+    acks_release_their_keys::<DB>(0, "; SELECT CONCAT(RELEASE_LOCK(").await;
 }
 
 /// [`acks_release_their_keys_in_the_settling_statement`] where the lock names are longer than

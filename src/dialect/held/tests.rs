@@ -157,14 +157,14 @@ fn advisory_takes_keys_in_the_query_and_settles_many_rows_in_one_statement() {
          ELSE `attempt` END WHERE `id` IN (?, ?) AND 1 = 1; SELECT CAST(`id` AS SIGNED), \
          `payload`, CAST(`attempt` AS SIGNED) - 1 FROM `jobs` WHERE `id` IN (?, ?) AND 1 = 1"
     );
-    // Where the client writes the lock names: one row, a column per name.
+    // Where the client writes the lock names: one row of one column, a character per name.
     let named = super::super::finish_unlock_named(&names(Dialect::MySql, Table::new("jobs"), true));
     let named = named.for_len(2);
     assert!(named.multi());
     assert_eq!(
         named.text(),
-        "DELETE FROM `jobs` WHERE `id` IN (?, ?); SELECT CAST(RELEASE_LOCK(?) <=> 1 AS SIGNED), \
-         CAST(RELEASE_LOCK(?) <=> 1 AS SIGNED)"
+        "DELETE FROM `jobs` WHERE `id` IN (?, ?); SELECT CONCAT(RELEASE_LOCK(?) <=> 1, \
+         RELEASE_LOCK(?) <=> 1)"
     );
     assert_eq!(named.slots[2..], [Slot::LockNameAt(0), Slot::LockNameAt(1)]);
     assert!(sql.unlock_many.unwrap().for_len(2).text().starts_with(

@@ -139,8 +139,8 @@ impl AdvisoryForm {
     }
 
     /// The ids of `ids` whose keys the release of a two-statement `finish_unlock_many` gave
-    /// back, from its result `sets`: `named`, one row, 1 in each name's column whose key was
-    /// held (the client wrote the names); else the released ids as rows.
+    /// back, from its result `sets`: `named`, one row of one column, `1` at each name's place
+    /// whose key was held (the client wrote the names); else the released ids as rows.
     pub(super) fn released<DB: Backend>(
         &self,
         sets: &[Vec<DB::Row>],
@@ -153,8 +153,9 @@ impl AdvisoryForm {
         let mut released = Vec::with_capacity(ids.len());
         match (named, rows.first()) {
             (true, Some(row)) => {
+                let held = DB::get_bytes(row, 0)?;
                 for (i, &id) in ids.iter().enumerate() {
-                    if DB::get_i64(row, i)? == 1 {
+                    if held.get(i) == Some(&b'1') {
                         released.push(id);
                     }
                 }
