@@ -221,6 +221,26 @@ impl Side {
     }
 }
 
+/// The median of the crate's rate over the baseline's in the same round: the interleaved rounds
+/// paired, so a round the machine ran slow for both sides counts once. `None` when a side
+/// failed a round (its samples no longer line up by round).
+pub(crate) fn paired_median(krate: &Side, baseline: &Side) -> Option<f64> {
+    if krate.failure.is_some()
+        || baseline.failure.is_some()
+        || krate.samples.len() != baseline.samples.len()
+    {
+        return None;
+    }
+    let mut ratios: Vec<f64> = krate
+        .samples
+        .iter()
+        .zip(&baseline.samples)
+        .map(|(k, b)| k.jobs_per_s / b.jobs_per_s)
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    median(&ratios)
+}
+
 fn median(sorted: &[f64]) -> Option<f64> {
     match sorted.len() {
         0 => None,

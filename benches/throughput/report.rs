@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::grid::{Cell, Form, Row, Sample, Side};
+use crate::grid::{Cell, Form, Row, Sample, Side, paired_median};
 use crate::sql::{mysql, postgres, sqlite};
 
 pub(crate) fn db_label(db: &str) -> &'static str {
@@ -48,8 +48,9 @@ pub(crate) fn log(db: &str, cell: Cell, round: &str, side: &str, result: &Result
 
 pub(crate) const HEADER: &str = "| database | form | workers | batch | crate jobs/s median (best) \
      | baseline jobs/s median (best) | crate ÷ baseline median (best) | round trips/delivery crate \
-     / baseline | round trips/batch crate / baseline | CPU ms/1000 jobs crate / baseline |\n\
-     |---|---|---:|---:|---:|---:|---:|---:|---:|---:|";
+     / baseline | round trips/batch crate / baseline | CPU ms/1000 jobs crate / baseline \
+     | crate ÷ baseline, rounds paired: median |\n\
+     |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|";
 
 /// `median (best)` jobs per second of a side.
 fn rates(side: Option<&Side>, missing: &str) -> String {
@@ -83,7 +84,7 @@ pub(crate) fn markdown_row(row: &Row) -> String {
     let trips = |side: Option<&Side>| side.and_then(|s| s.counted).and_then(|s| s.round_trips());
     let cpu = |side: Option<&Side>| side.and_then(|s| s.median_of(|s| Some(s.cpu_ms_per_kjob)));
     format!(
-        "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} |",
+        "| {} | {} | {} | {} | {} | {} | {} ({}) | {} | {} | {} | {} |",
         db_label(row.db),
         c.form.label(),
         c.workers,
@@ -95,6 +96,9 @@ pub(crate) fn markdown_row(row: &Row) -> String {
         pair(trips(k).map(|t| t.0), trips(b).map(|t| t.0), 2),
         pair(trips(k).map(|t| t.1), trips(b).map(|t| t.1), 2),
         pair(cpu(k), cpu(b), 0),
+        k.zip(b)
+            .and_then(|(k, b)| paired_median(k, b))
+            .map_or("—".to_owned(), |r| format!("{r:.2}x")),
     )
 }
 
