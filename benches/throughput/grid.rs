@@ -211,13 +211,11 @@ impl Side {
     }
 
     pub(crate) fn median(&self) -> Option<f64> {
-        median(&self.rates())
+        self.median_of(|s| Some(s.jobs_per_s))
     }
 
     pub(crate) fn median_of(&self, f: impl Fn(&Sample) -> Option<f64>) -> Option<f64> {
-        let mut values: Vec<f64> = self.samples.iter().filter_map(f).collect();
-        values.sort_by(f64::total_cmp);
-        median(&values)
+        median(self.samples.iter().filter_map(f).collect())
     }
 }
 
@@ -231,17 +229,18 @@ pub(crate) fn paired_median(krate: &Side, baseline: &Side) -> Option<f64> {
     {
         return None;
     }
-    let mut ratios: Vec<f64> = krate
-        .samples
-        .iter()
-        .zip(&baseline.samples)
-        .map(|(k, b)| k.jobs_per_s / b.jobs_per_s)
-        .collect();
-    ratios.sort_by(f64::total_cmp);
-    median(&ratios)
+    median(
+        krate
+            .samples
+            .iter()
+            .zip(&baseline.samples)
+            .map(|(k, b)| k.jobs_per_s / b.jobs_per_s)
+            .collect(),
+    )
 }
 
-fn median(sorted: &[f64]) -> Option<f64> {
+fn median(mut sorted: Vec<f64>) -> Option<f64> {
+    sorted.sort_by(f64::total_cmp);
     match sorted.len() {
         0 => None,
         n if n % 2 == 1 => Some(sorted[n / 2]),

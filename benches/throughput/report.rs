@@ -76,11 +76,8 @@ fn pair(crate_side: Option<f64>, baseline: Option<f64>, digits: usize) -> String
 pub(crate) fn markdown_row(row: &Row) -> String {
     let c = row.cell;
     let (k, b) = (row.krate.as_ref(), row.baseline.as_ref());
-    let ratio = |f: fn(&Side) -> Option<f64>| {
-        k.and_then(f)
-            .zip(b.and_then(f))
-            .map_or("—".to_owned(), |(k, b)| format!("{:.2}x", k / b))
-    };
+    let ratio =
+        |f: fn(&Side) -> Option<f64>| times(k.and_then(f).zip(b.and_then(f)).map(|(k, b)| k / b));
     let trips = |side: Option<&Side>| side.and_then(|s| s.counted).and_then(|s| s.round_trips());
     let cpu = |side: Option<&Side>| side.and_then(|s| s.median_of(|s| Some(s.cpu_ms_per_kjob)));
     format!(
@@ -96,10 +93,13 @@ pub(crate) fn markdown_row(row: &Row) -> String {
         pair(trips(k).map(|t| t.0), trips(b).map(|t| t.0), 2),
         pair(trips(k).map(|t| t.1), trips(b).map(|t| t.1), 2),
         pair(cpu(k), cpu(b), 0),
-        k.zip(b)
-            .and_then(|(k, b)| paired_median(k, b))
-            .map_or("—".to_owned(), |r| format!("{r:.2}x")),
+        times(k.zip(b).and_then(|(k, b)| paired_median(k, b))),
     )
+}
+
+/// A ratio as `1.23x`, or `—`.
+fn times(ratio: Option<f64>) -> String {
+    ratio.map_or("—".to_owned(), |r| format!("{r:.2}x"))
 }
 
 /// Scaling over workers and batches, from the medians.
