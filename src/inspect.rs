@@ -7,6 +7,7 @@ pub use prune::MAX_PRUNE_BATCH;
 
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use sqlx::Acquire;
 
 use sqlx::SqlStr;
@@ -105,7 +106,21 @@ impl Table {
     ///
     /// [`Error::Identifier`] for a name that cannot be quoted, [`Error::Declaration`] for a group
     /// dead letter on a table without a group column, [`Error::Database`].
-    pub async fn counts<'c, A>(&self, conn: A, queue: Inspect<'_>) -> Result<Counts>
+    pub fn counts<'e, 'c: 'e, A>(
+        &'e self,
+        conn: A,
+        queue: Inspect<'e>,
+    ) -> BoxFuture<'e, Result<Counts>>
+    where
+        A: Acquire<'c> + Send + 'e,
+        A::Database: Backend,
+    {
+        // Boxed, as `cancel`'s: an opaque future generic over the connection's lifetimes is not
+        // seen `Send` in general (rust-lang/rust#100013).
+        Box::pin(self.counts_in(conn, queue))
+    }
+
+    async fn counts_in<'c, A>(&self, conn: A, queue: Inspect<'_>) -> Result<Counts>
     where
         A: Acquire<'c>,
         A::Database: Backend,
@@ -144,7 +159,21 @@ impl Table {
     /// # Errors
     ///
     /// As [`counts`](Table::counts); [`Error::Declaration`] when `queue` has no dead letter.
-    pub async fn requeue_dead<'c, A>(&self, conn: A, queue: Inspect<'_>) -> Result<u64>
+    pub fn requeue_dead<'e, 'c: 'e, A>(
+        &'e self,
+        conn: A,
+        queue: Inspect<'e>,
+    ) -> BoxFuture<'e, Result<u64>>
+    where
+        A: Acquire<'c> + Send + 'e,
+        A::Database: Backend,
+    {
+        // Boxed, as `cancel`'s: an opaque future generic over the connection's lifetimes is not
+        // seen `Send` in general (rust-lang/rust#100013).
+        Box::pin(self.requeue_dead_in(conn, queue))
+    }
+
+    async fn requeue_dead_in<'c, A>(&self, conn: A, queue: Inspect<'_>) -> Result<u64>
     where
         A: Acquire<'c>,
         A::Database: Backend,

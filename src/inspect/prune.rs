@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use futures::future::BoxFuture;
 use sqlx::Acquire;
 
 use super::{Inspect, dead_group, query};
@@ -54,7 +55,22 @@ impl Table {
     /// [`Error::Declaration`] for a table without a `processed_at` column (it deletes finished
     /// rows: nothing else marks them), [`Error::Identifier`], [`Error::Database`] (the rows of
     /// the batches before it are deleted).
-    pub async fn prune<'c, A>(&self, conn: A, older_than: Duration, batch: u32) -> Result<u64>
+    pub fn prune<'e, 'c: 'e, A>(
+        &'e self,
+        conn: A,
+        older_than: Duration,
+        batch: u32,
+    ) -> BoxFuture<'e, Result<u64>>
+    where
+        A: Acquire<'c> + Send + 'e,
+        A::Database: Backend,
+    {
+        // Boxed, as `cancel`'s: an opaque future generic over the connection's lifetimes is not
+        // seen `Send` in general (rust-lang/rust#100013).
+        Box::pin(self.prune_in(conn, older_than, batch))
+    }
+
+    async fn prune_in<'c, A>(&self, conn: A, older_than: Duration, batch: u32) -> Result<u64>
     where
         A: Acquire<'c>,
         A::Database: Backend,
@@ -102,7 +118,23 @@ impl Table {
     ///
     /// [`Error::Declaration`] when `queue` has no dead letter, or the table no `created_at`
     /// column; otherwise as [`prune`](Table::prune).
-    pub async fn prune_dead<'c, A>(
+    pub fn prune_dead<'e, 'c: 'e, A>(
+        &'e self,
+        conn: A,
+        queue: Inspect<'e>,
+        older_than: Duration,
+        batch: u32,
+    ) -> BoxFuture<'e, Result<u64>>
+    where
+        A: Acquire<'c> + Send + 'e,
+        A::Database: Backend,
+    {
+        // Boxed, as `cancel`'s: an opaque future generic over the connection's lifetimes is not
+        // seen `Send` in general (rust-lang/rust#100013).
+        Box::pin(self.prune_dead_in(conn, queue, older_than, batch))
+    }
+
+    async fn prune_dead_in<'c, A>(
         &self,
         conn: A,
         queue: Inspect<'_>,

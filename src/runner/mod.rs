@@ -30,6 +30,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use sqlx::Pool;
 use tokio_util::sync::CancellationToken;
 
@@ -180,7 +181,11 @@ impl<DB: Backend> Runner<DB> {
             return Err(error);
         }
         check_pool(&self.pool, &self.queues)?;
-        for (config, _) in &mut self.queues {
+        // Apart from their launches, which hold the handlers (`Send`, not `Sync`): the future
+        // of `start` holds no reference to a launch across an await, so that it is `Send`.
+        let (mut configs, launches): (Vec<QueueConfig>, Vec<Box<dyn Launch<DB>>>) =
+            std::mem::take(&mut self.queues).into_iter().unzip();
+        for config in &mut configs {
             if self.pooler == Pooler::Transaction {
                 config.table.pooler = Pooler::Transaction;
             }
@@ -188,13 +193,13 @@ impl<DB: Backend> Runner<DB> {
         }
         let clock = Clock::default();
         let server = form::measure_server(&self.pool, &clock).await?;
-        for (config, _) in &self.queues {
+        for config in &configs {
             server::check_engine(server.engine, config)?;
             requests::check(&self.pool, config).await?;
         }
         let ticks = self.check_schedules().await?;
-        let mut ready = Vec::with_capacity(self.queues.len());
-        for (config, launch) in self.queues {
+        let mut ready = Vec::with_capacity(configs.len());
+        for (config, launch) in configs.into_iter().zip(launches) {
             let (identity, spawn) = launch
                 .prepare(&self.pool, &config, clock.clone(), server)
                 .await?;
@@ -219,7 +224,7 @@ impl<DB: Backend> Runner<DB> {
             #[cfg(feature = "metrics")]
             gauges: self.gauges,
         };
-        let schedules = Started::start(self.schedules, ticks, &shared, &clock).await?;
+        let schedules = boxed(Started::start(self.schedules, ticks, &shared, &clock)).await?;
         let mut background = Vec::new();
         let mut channels: Vec<(String, String)> = ready
             .iter()
@@ -274,6 +279,13 @@ impl<DB: Backend> Runner<DB> {
             shutdown_timeout: self.shutdown_timeout,
         })
     }
+}
+
+/// `future`, boxed: the schedules' start, awaited in [`Runner::start`], so that its future is
+/// `Send` for every lifetime of what it borrows (unboxed, it is not seen `Send` in general:
+/// rust-lang/rust#100013; `tests/send.rs` fails without it).
+fn boxed<'a, T>(future: impl Future<Output = T> + Send + 'a) -> BoxFuture<'a, T> {
+    Box::pin(future)
 }
 
 /// Refuses a pool too small for the mounted queues: the forms that hold a pooled connection per
