@@ -1,14 +1,15 @@
 //! The statements of a cancellation by the table (no queue mounted): the removal of a job not in
 //! work, and what tells a job in work apart.
 //!
-//! A job is in work when a lease column the table declares holds a live lease, or (PostgreSQL,
-//! MySQL/MariaDB, a table without one) when a row lock claim's transaction holds its row, or,
-//! where the table declares its cancel requests' table, when a runner holds its advisory key
-//! (taken for the cancellation's transaction when free: PostgreSQL `pg_try_advisory_xact_lock`,
-//! MySQL/MariaDB `GET_LOCK`, released after the removal; SQLite's keys are held in the process,
-//! where the cancellation takes the key around these statements, see [`KeysAt`]). A job in work
-//! on those forms gets a request, which its runner reads (and, PostgreSQL, is notified of at
-//! commit).
+//! A job is in work when a lease column the table declares holds a live lease; on a table
+//! without one, when a row lock claim's transaction holds its row (PostgreSQL, MySQL/MariaDB) or
+//! a runner holds its advisory key (taken for the cancellation's transaction when free:
+//! PostgreSQL `pg_try_advisory_xact_lock`, MySQL/MariaDB `GET_LOCK`, released after the removal;
+//! SQLite's keys are held in the process, where the cancellation takes the key around these
+//! statements, see [`KeysAt`]). A job in work on those forms gets a request where the table
+//! declares their table, which its runner reads (and, PostgreSQL, is notified of at commit):
+//! inserted first, so that a settlement that takes the row's request for itself before it
+//! commits (`form::requests`) and the cancellation each wait for the other's commit.
 //! PostgreSQL and SQLite remove the row first and return whether it was leased; MySQL/MariaDB,
 //! which has no `RETURNING`, locks the row first and reads it, then removes it in the same
 //! transaction. On a leased row the removal is what takes the lease away: its holder's renewal
@@ -33,16 +34,20 @@ pub(crate) struct CancelSql {
     pub(crate) exists: Stmt,
     /// The unfinished row holding a unique key, on a table with one.
     pub(crate) by_key: Option<Stmt>,
-    /// MySQL/MariaDB, where `probe` took the row's advisory key: its release.
+    /// MySQL/MariaDB, where `probe` took the row's advisory key: its release, once the
+    /// cancellation's transaction ended (before, a claim could take the key and read the row
+    /// as it was).
     pub(crate) release: Option<Stmt>,
-    /// The request for a job in work, where the table has a cancel requests' table (one there
-    /// already is kept).
+    /// The request for a job in work, where the table has a cancel requests' table and no lease
+    /// column (one there already is kept): inserted before the removal is tried.
     pub(crate) request: Option<Stmt>,
+    /// The removal of that request, when the job was not in work after all.
+    pub(crate) forget: Option<Stmt>,
     /// PostgreSQL, with `request` or a lease column: the notification on the table's channel,
     /// sent at commit, for a job in work.
     pub(crate) notify: Option<Stmt>,
     /// Where the row's advisory key is tested, where a runner's key may hold the row (a table
-    /// with a cancel requests' table and no lease column).
+    /// without a lease column).
     pub(crate) keys: Option<KeysAt>,
 }
 
@@ -64,8 +69,9 @@ pub(crate) const CANCEL_NOTICE: &str = "\u{1}cancel ";
 
 /// Renders the cancellation's statements for table `n` (of [`Names::of_table`]).
 pub(crate) fn cancel(n: &Names) -> CancelSql {
-    // Held by an advisory lock: asked where cancel requests can be recorded.
-    let asked = n.cancel_requests.is_some() && n.table_lease.is_none();
+    // Held by an advisory lock or a row lock: asked where the table declares no lease column (a
+    // queue of another form is refused on a table that declares one).
+    let asked = n.table_lease.is_none();
     let keys = asked.then_some(match n.dialect {
         Dialect::Sqlite => KeysAt::Process,
         Dialect::Postgres | Dialect::MySql => KeysAt::Server,
@@ -168,22 +174,9 @@ pub(crate) fn cancel(n: &Names) -> CancelSql {
             .push(" AS SIGNED) AS id) AS r");
         w.finish()
     });
-    let request = n.cancel_requests.as_ref().map(|requests| {
-        let mut w = n.writer();
-        w.push(match n.dialect {
-            Dialect::MySql => "INSERT IGNORE INTO ",
-            Dialect::Sqlite => "INSERT OR IGNORE INTO ",
-            Dialect::Postgres => "INSERT INTO ",
-        })
-        .push(requests)
-        .push(" (id) VALUES (")
-        .param(Slot::Id)
-        .push(")");
-        if n.dialect == Dialect::Postgres {
-            w.push(" ON CONFLICT DO NOTHING");
-        }
-        w.finish()
-    });
+    let requests = n.cancel_requests.as_ref().filter(|_| asked);
+    let request = requests.map(|requests| super::requests::request(n, requests));
+    let forget = requests.map(|requests| super::requests::forget(n, requests));
     // Also for a leased job in work: a runner listening on the table's channel fires its
     // `cancelled()` at once, or does not start it (a row claimed ahead).
     let told = request.is_some() || n.table_lease.is_some();
@@ -202,6 +195,7 @@ pub(crate) fn cancel(n: &Names) -> CancelSql {
         by_key,
         release,
         request,
+        forget,
         notify,
         keys,
     }
@@ -283,21 +277,31 @@ mod tests {
     }
 
     #[test]
-    fn a_row_a_claim_locks_is_passed_over() {
+    fn a_row_a_claim_holds_is_passed_over_without_a_request() {
         let t = Table::new("jobs").unique_key("k");
         let pg = cancel(&names(Dialect::Postgres, &t));
+        // Its row lock and its advisory key are both tried (the table does not say its form),
+        // and no request is recorded: a job in work is answered `InWork`.
+        assert_eq!(pg.keys, Some(KeysAt::Server));
         assert_eq!(
             pg.remove.text(),
-            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 FOR UPDATE SKIP LOCKED) RETURNING CAST(0 AS BIGINT)"#
+            r#"DELETE FROM "jobs" WHERE "id" = $1 AND "id" IN (SELECT "id" FROM "jobs" WHERE "id" = $2 FOR UPDATE SKIP LOCKED) AND CASE WHEN "id" = $3 THEN pg_try_advisory_xact_lock(((CAST($4 AS BIGINT) << 32) | (CAST("id" AS BIGINT) & 4294967295))) ELSE false END RETURNING CAST(0 AS BIGINT)"#
         );
+        assert!(pg.request.is_none() && pg.forget.is_none());
         assert_eq!(
             pg.by_key.unwrap().text(),
             r#"SELECT CAST("id" AS BIGINT) FROM "jobs" WHERE "k" = $1"#
         );
         let my = cancel(&names(Dialect::MySql, &t));
+        assert!(
+            my.probe
+                .unwrap()
+                .text()
+                .starts_with("SELECT CAST(0 AS SIGNED), CAST((GET_LOCK(")
+        );
         assert_eq!(
-            my.probe.unwrap().text(),
-            "SELECT CAST(0 AS SIGNED) FROM `jobs` WHERE `id` = ? FOR UPDATE SKIP LOCKED"
+            cancel(&names(Dialect::Sqlite, &t)).keys,
+            Some(KeysAt::Process)
         );
     }
 
@@ -333,6 +337,10 @@ mod tests {
         assert_eq!(
             lite.request.unwrap().text(),
             "INSERT OR IGNORE INTO `jobs_cancels` (id) VALUES (?)"
+        );
+        assert_eq!(
+            lite.forget.unwrap().text(),
+            "DELETE FROM `jobs_cancels` WHERE id = ?"
         );
         let leased = t.lease("until");
         assert_eq!(cancel(&names(Dialect::Sqlite, &leased)).keys, None);

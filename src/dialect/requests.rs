@@ -1,6 +1,8 @@
 //! The statements of a runner whose table has a cancel requests' table: the read of the
-//! requests for its deliveries in work, a request's removal with its row, and the sweep of
-//! requests that name no unfinished row.
+//! requests for its deliveries in work, a request's removal with its row, the sweep of requests
+//! that name no unfinished row, and the insert of a request that a cancellation records and a
+//! settlement takes for itself (its `reserve`): both insert the row's id, so the table's primary
+//! key makes each wait for the other's commit.
 
 use super::common::as_i64;
 use super::{Dialect, Names, Slot, SqlWriter, Stmt};
@@ -10,8 +12,12 @@ use super::{Dialect, Names, Slot, SqlWriter, Stmt};
 pub(crate) struct RequestSql {
     /// The ids among `REQUESTED_IDS` ids in work (`IdAt`) that have a request.
     pub(crate) requested: Stmt,
-    /// The removal of row `id`'s request, once its delivery ended.
+    /// The removal of row `id`'s request, once its delivery ended (and of a settlement's
+    /// reservation, before it commits).
     pub(crate) forget: Stmt,
+    /// The insert of row `id`'s request, which changes no row where one is there already: a
+    /// settlement's reservation (see `form::requests`).
+    pub(crate) reserve: Stmt,
     /// PostgreSQL, SQLite: the removal of up to [`SWEPT`] requests that name no unfinished row
     /// (left by a runner that died between a row's removal and its request's). MySQL/MariaDB:
     /// the read of up to [`SWEPT`] of their ids, which `sweep_ids` removes.
@@ -37,12 +43,7 @@ pub(crate) fn requests(n: &Names) -> Option<RequestSql> {
     w.push(" FROM ").push(requests).push(" WHERE ");
     ids_in(&mut w);
     let requested = w.finish();
-    let mut w = n.writer();
-    w.push("DELETE FROM ")
-        .push(requests)
-        .push(" WHERE id = ")
-        .param(Slot::Id);
-    let forget = w.finish();
+    let forget = forget(n, requests);
     let sweep_ids = (n.dialect == Dialect::MySql).then(|| {
         let mut w = n.writer();
         w.push("DELETE FROM ").push(requests).push(" WHERE ");
@@ -52,9 +53,39 @@ pub(crate) fn requests(n: &Names) -> Option<RequestSql> {
     Some(RequestSql {
         requested,
         forget,
+        reserve: request(n, requests),
         sweep: sweep(n, requests),
         sweep_ids,
     })
+}
+
+/// The insert of row `id`'s request into `requests`, which changes no row where the request is
+/// there already (it waits for the commit of one that another transaction inserted).
+pub(super) fn request(n: &Names, requests: &str) -> Stmt {
+    let mut w = n.writer();
+    w.push(match n.dialect {
+        Dialect::MySql => "INSERT IGNORE INTO ",
+        Dialect::Sqlite => "INSERT OR IGNORE INTO ",
+        Dialect::Postgres => "INSERT INTO ",
+    })
+    .push(requests)
+    .push(" (id) VALUES (")
+    .param(Slot::Id)
+    .push(")");
+    if n.dialect == Dialect::Postgres {
+        w.push(" ON CONFLICT DO NOTHING");
+    }
+    w.finish()
+}
+
+/// The removal of row `id`'s request from `requests`.
+pub(super) fn forget(n: &Names, requests: &str) -> Stmt {
+    let mut w = n.writer();
+    w.push("DELETE FROM ")
+        .push(requests)
+        .push(" WHERE id = ")
+        .param(Slot::Id);
+    w.finish()
 }
 
 /// `id IN (?, .. REQUESTED_IDS times)`.
@@ -121,6 +152,10 @@ mod tests {
         assert_eq!(
             runner.forget.text(),
             "DELETE FROM `jobs_cancels` WHERE id = ?"
+        );
+        assert_eq!(
+            runner.reserve.text(),
+            "INSERT OR IGNORE INTO `jobs_cancels` (id) VALUES (?)"
         );
         assert_eq!(
             runner.sweep.text(),

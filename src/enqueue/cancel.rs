@@ -43,27 +43,41 @@ pub enum Cancellation {
     /// The job was not in work: its row is deleted (or marked `processed_at`), and it will not
     /// be delivered.
     Cancelled(i64),
-    /// The job is in work. On a table with a [lease column](Table::lease) its lease is taken
-    /// away — the row is deleted (or marked) already — and its handler's
-    /// [`Delivery::cancelled`](crate::Delivery::cancelled) fires at the runner's next renewal
-    /// (PostgreSQL, a runner listening on the table's channel: at once, and a row claimed ahead
-    /// of its worker never starts); its settlement changes nothing. A row a row lock claim or an
-    /// advisory key holds gets a request where the table has a
+    /// The job is in work, and nothing its handler writes through its transaction will commit.
+    ///
+    /// On a table with a [lease column](Table::lease) its lease is taken away — the row is
+    /// deleted (or marked) already — so its settlement, fenced by its lease, changes nothing;
+    /// its handler's [`Delivery::cancelled`](crate::Delivery::cancelled) fires at the runner's
+    /// next renewal (PostgreSQL, a runner listening on the table's channel: when the
+    /// notification arrives, and a row claimed ahead that no worker has started by then never
+    /// starts).
+    ///
+    /// A row a row lock claim or an advisory key holds gets a request in the table's
     /// [cancel requests' table](Table::cancel_requests): its runner fires `cancelled()`
-    /// (PostgreSQL at once, else within its poll interval), and removes the row when the
-    /// handler returns, its writes rolled back (SQLite's advisory form too: a cancellation
-    /// from the process that runs it sees its keys). Without that table the job runs on to its
-    /// end.
+    /// (PostgreSQL when the notification arrives, else within its poll interval) unless the
+    /// handler has returned already, and its settlement removes the row whatever the handler
+    /// returned: a single delivery's settlement that would commit anything else — a
+    /// transactional ack's writes, a retry, a delay, a move to the dead letter — takes the
+    /// row's request for itself first, in the transaction it commits in, and finds this one
+    /// (the two wait for each other's commit: whichever commits first decides). A batch's row
+    /// retried as this answer is given returns to the queue with its request, and its next
+    /// delivery is cancelled.
     Requested(i64),
     /// No unfinished job has this id (or key): it finished, was cancelled before, or never was.
     NotFound,
+    /// The job is in work, held by a row lock claim or an advisory key, on a table that declares
+    /// no [cancel requests' table](Table::cancel_requests): nothing was changed, and it runs to
+    /// its end (declare that table to cancel jobs in work on the row lock and advisory forms).
+    InWork(i64),
 }
 
 impl Cancellation {
     /// The job's id, unless none was found.
     pub fn id(self) -> Option<i64> {
         match self {
-            Cancellation::Cancelled(id) | Cancellation::Requested(id) => Some(id),
+            Cancellation::Cancelled(id)
+            | Cancellation::Requested(id)
+            | Cancellation::InWork(id) => Some(id),
             Cancellation::NotFound => None,
         }
     }
@@ -148,6 +162,15 @@ impl Table {
     }
 }
 
+/// The values that make a table's server keys ([`KeysAt::Server`]) of its `identity`: their
+/// class (PostgreSQL) and name prefix (MySQL/MariaDB).
+fn server_key(identity: &str) -> (i64, String) {
+    (
+        i64::from(dialect::fnv1a_32(identity)),
+        format!("{identity}:"),
+    )
+}
+
 /// The job a cancellation names.
 enum Target<'a> {
     Id(i64),
@@ -194,23 +217,53 @@ impl Table {
                 backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await?
             }
         };
-        let (done, taken) = match id {
+        // MySQL/MariaDB: whether the row's key was taken on the server for the removal.
+        let mut key_taken = false;
+        let cancelled = match id {
             Some(id) => {
-                self.cancel_on::<DB>(&mut tx, names, sql, identity.as_deref(), id)
-                    .await?
+                let identity = identity.as_deref();
+                let on = self.cancel_on::<DB>(&mut tx, names, sql, identity, id, &mut key_taken);
+                on.await
             }
-            None => (Cancellation::NotFound, None),
+            None => Ok((Cancellation::NotFound, None)),
         };
-        tx.commit().await?;
-        // SQLite: the row's key, taken in the process, is free once the removal committed.
-        drop(taken);
-        Ok(done)
+        let done = match cancelled {
+            Ok((done, taken)) => {
+                let committed = tx.commit().await;
+                // SQLite: the row's key, taken in the process, is free once the removal
+                // committed.
+                drop(taken);
+                committed.map(|()| done).map_err(Error::from)
+            }
+            Err(error) => {
+                drop(tx);
+                Err(error)
+            }
+        };
+        // MySQL/MariaDB: the key goes back once the removal committed (inside the caller's
+        // transaction, once its savepoint did), or rolled back: a claim that took it before
+        // would read the row again as it was, and deliver it.
+        if let (true, Some(release), Some(identity), Some(id)) =
+            (key_taken, &sql.release, identity.as_deref(), id)
+        {
+            let (class, prefix) = server_key(identity);
+            let args = Args {
+                id,
+                key_class: class,
+                key_prefix: Some(&prefix),
+                ..Args::default()
+            };
+            DB::execute(conn, bound::<DB>(release, &args)).await?;
+        }
+        done
     }
 
     /// Cancels row `id` inside a transaction of `conn`, whose table's advisory keys (where
     /// `sql` tests them) are made of `identity`. SQLite: returns the row's key too, taken in the
     /// process while the row is removed, which the caller releases once it committed (or, on an
     /// error, dropped at once: the transaction then rolls back, its removal never seen).
+    /// MySQL/MariaDB: sets `key_taken` when it took the row's key on the server, which the
+    /// caller releases once the transaction ended.
     async fn cancel_on<DB: Backend>(
         &self,
         conn: &mut DB::Connection,
@@ -218,6 +271,7 @@ impl Table {
         sql: &CancelSql,
         identity: Option<&str>,
         id: i64,
+        key_taken: &mut bool,
     ) -> Result<(Cancellation, Option<in_process::Taken>)> {
         let (key, held) = match (sql.keys, identity) {
             (Some(KeysAt::Process), Some(identity)) => {
@@ -235,13 +289,18 @@ impl Table {
             _ => None,
         };
         let done = self
-            .cancel_row::<DB>(conn, names, sql, server, held, id)
+            .cancel_row::<DB>(conn, names, sql, server, held, id, key_taken)
             .await?;
         Ok((done, key))
     }
 
     /// [`cancel_on`](Self::cancel_on)'s statements: the keys of `server` (its identity) taken on
-    /// the server, the row passed over as in work when `held` (a key this process holds).
+    /// the server (`key_taken` set when taken, MySQL/MariaDB), the row passed over as in work
+    /// when `held` (a key this process holds).
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the cancellation's parts, read once each"
+    )]
     async fn cancel_row<DB: Backend>(
         &self,
         conn: &mut DB::Connection,
@@ -250,19 +309,25 @@ impl Table {
         server: Option<&str>,
         held: bool,
         id: i64,
+        key_taken: &mut bool,
     ) -> Result<Cancellation> {
-        let class = server.map(dialect::fnv1a_32);
-        let prefix = server.map(|key| format!("{key}:"));
+        let (class, prefix) = server.map(server_key).unzip();
         let notice = format!("{CANCEL_NOTICE}{id}");
         let args = Args {
             id,
             now: Some(Clock::default().now()),
-            key_class: class.map_or(0, i64::from),
+            key_class: class.unwrap_or(0),
             key_prefix: prefix.as_deref(),
             notify_table: Some(&names.table),
             notify_payload: Some(&notice),
             ..Args::default()
         };
+        // The request first: a settlement that takes it for itself before committing what a
+        // cancelled job must not (`form::requests`) waits for this transaction, or this one for
+        // it — so a job found in work below is one whose settlement will find the request.
+        if let Some(request) = &sql.request {
+            DB::execute(conn, bound::<DB>(request, &args)).await?;
+        }
         let leased = match &sql.probe {
             // MySQL/MariaDB: the row locked and read first (and its advisory key taken, where
             // asked); no row is a finished one, or one a row lock claim holds.
@@ -272,11 +337,9 @@ impl Table {
                     None => None,
                     Some(row) => {
                         let key_free = server.is_none() || DB::get_i64(row, 1)? == 1;
+                        *key_taken = server.is_some() && key_free;
                         if key_free {
                             DB::execute(conn, bound::<DB>(&sql.remove, &args)).await?;
-                        }
-                        if let (true, Some(release)) = (key_free, &sql.release) {
-                            DB::execute(conn, bound::<DB>(release, &args)).await?;
                         }
                         key_free.then(|| DB::get_i64(row, 0)).transpose()?
                     }
@@ -286,18 +349,22 @@ impl Table {
             None => backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.remove, &args)).await?,
         };
         let Some(leased) = leased else {
-            let held = backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.exists, &args)).await?;
-            if held.is_none() {
+            let in_work = backend::fetch_i64::<DB>(conn, bound::<DB>(&sql.exists, &args))
+                .await?
+                .is_some();
+            if !in_work {
+                self.forget::<DB>(conn, sql, &args).await?;
                 return Ok(Cancellation::NotFound);
             }
-            if let Some(request) = &sql.request {
-                DB::execute(conn, bound::<DB>(request, &args)).await?;
+            if sql.request.is_none() {
+                return Ok(Cancellation::InWork(id));
             }
             if let Some(notify) = &sql.notify {
                 DB::execute(conn, bound::<DB>(notify, &args)).await?;
             }
             return Ok(Cancellation::Requested(id));
         };
+        self.forget::<DB>(conn, sql, &args).await?;
         if let Some(unlease) = &sql.unlease {
             DB::execute(conn, bound::<DB>(unlease, &args)).await?;
         }
@@ -309,6 +376,20 @@ impl Table {
             DB::execute(conn, bound::<DB>(notify, &args)).await?;
         }
         Ok(Cancellation::Requested(id))
+    }
+
+    /// Removes the request this cancellation inserted first (or found), for a job that was not
+    /// in work after all: removed, or finished.
+    async fn forget<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        sql: &CancelSql,
+        args: &Args<'_>,
+    ) -> Result<()> {
+        if let Some(forget) = &sql.forget {
+            DB::execute(conn, bound::<DB>(forget, args)).await?;
+        }
+        Ok(())
     }
 
     /// What the table's advisory keys are made of (see `dialect::identity_key`), where `sql`

@@ -23,6 +23,7 @@ pub(crate) mod lease;
 pub(crate) mod rate;
 #[cfg(feature = "metrics")]
 mod readiness;
+mod requests;
 pub(crate) mod row_lock;
 mod schema;
 mod settle;
@@ -64,6 +65,16 @@ pub(crate) type SettledAndClaimed<DB, F> = (
     Result<Vec<Result<()>>, (Option<i64>, Error)>,
     Option<ClaimedBatch<DB, F>>,
 );
+
+/// What a settlement did, where it succeeded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Settled {
+    /// What its outcome asked.
+    AsAsked,
+    /// The row was removed instead: the job had been cancelled while in work, which the
+    /// settlement found in its transaction (`requests`), and nothing of its handler's committed.
+    Cancelled,
+}
 
 /// A claim form of a mounted queue, with its rendered statements.
 pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
@@ -213,7 +224,10 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<DB::Row>, sqlx::Error>> + Send;
 
     /// Settles row `id` by `outcome`, where the form holds it; `tx` is a transactional lease
-    /// delivery's own transaction, which an ack commits with the settlement.
+    /// delivery's own transaction, which an ack commits with the settlement. The row lock and
+    /// advisory forms, where the table records cancel requests, remove the row instead when
+    /// its job was cancelled in work and the outcome would commit anything else
+    /// ([`Settled::Cancelled`]).
     fn settle(
         &self,
         conns: &Conns<DB>,
@@ -221,7 +235,7 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
         hold: Self::Hold,
         outcome: Outcome,
         tx: Option<HeldConn<DB>>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<Settled>> + Send;
 
     /// Settles many single deliveries' acks and drops together (one statement on the lease
     /// form; the others one by one): one result per row, in order.
@@ -233,7 +247,8 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
         async move {
             let mut settled = Vec::with_capacity(rows.len());
             for (id, hold, outcome) in rows {
-                settled.push(self.settle(conns, id, hold, outcome, None).await);
+                let done = self.settle(conns, id, hold, outcome, None).await;
+                settled.push(done.map(drop));
             }
             settled
         }

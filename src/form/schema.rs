@@ -8,6 +8,7 @@ use sqlx::Pool;
 
 use super::catalog::{self, Column, Identity, find_column};
 use super::floor::Floor;
+use super::requests::Requests;
 use super::{Custom, Dead, dead_table};
 use crate::backend::{Backend, ClaimColumns, Clock, Engine};
 use crate::config::{Event, FormKind, QueueConfig};
@@ -93,6 +94,8 @@ pub(crate) struct Checked {
     pub(crate) server: Server,
     /// Where the queue's claims start reading ([`Floor`]).
     pub(crate) floor: Floor,
+    /// The reservations of its rows' cancel requests, where a settlement makes them.
+    pub(crate) requests: Option<Requests>,
 }
 
 impl Checked {
@@ -140,6 +143,7 @@ pub(crate) async fn check<DB: Backend>(
     };
     Ok(Checked {
         row: dialect::row_by_id(&names),
+        requests: Requests::of(config, &names),
         floor: Floor::new(names.claims_in_id_order()),
         names,
         identity,

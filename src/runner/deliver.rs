@@ -19,7 +19,7 @@ use super::requests::Entered;
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::delivery::{Delivery, Mode, Outcome, Settle, TxSlot};
 use crate::error::Error;
-use crate::form::Form;
+use crate::form::{Form, Settled};
 use crate::handler::CallOne;
 
 /// Runs one delivery to its settlement, in a span naming the queue, row and attempt. `worker`,
@@ -130,10 +130,11 @@ async fn run<DB, F, H>(
     }
     .await;
     let removed = match settlement {
-        Ok((outcome, tx)) => {
-            let by_request = by_request.load(Ordering::Relaxed);
-            settle(q, id, hold, outcome, tx, worker).await && by_request
-        }
+        Ok((outcome, tx)) => match settle(q, id, hold, outcome, tx, worker).await {
+            Some(Settled::Cancelled) => true,
+            Some(Settled::AsAsked) => by_request.load(Ordering::Relaxed),
+            None => false,
+        },
         Err(unsettled) => {
             abandon(q, id, hold, unsettled).await;
             false
@@ -297,7 +298,8 @@ async fn abandon<DB: Backend, F: Form<DB>>(
 /// Settles a delivery, and counts it by the policy: acks and drops of plain queues that group
 /// them go through the queue's ack grouping, their worker given to the next row meanwhile; a
 /// settlement that failed for the row keeps it held for the policy's delay where the form can.
-/// `true` when it settled.
+/// What it did, unless it failed: a settlement that found its job cancelled in work removed the
+/// row, counted as a drop.
 async fn settle<DB: Backend, F: Form<DB>>(
     q: &Live<DB, F>,
     id: i64,
@@ -305,7 +307,7 @@ async fn settle<DB: Backend, F: Form<DB>>(
     outcome: Outcome,
     tx: Option<HeldConn<DB>>,
     worker: Worker<'_>,
-) -> bool {
+) -> Option<Settled> {
     tracing::Span::current().record("outcome", outcome.name());
     let since = q.observe.timer();
     let kept = q.form.keep(&hold);
@@ -322,17 +324,29 @@ async fn settle<DB: Backend, F: Form<DB>>(
                 seat.free_worker();
             }
             working.worker_free();
-            super::acks::settle(acks, &q.label, id, hold, outcome).await
+            let settled = super::acks::settle(acks, &q.label, id, hold, outcome).await;
+            settled.map(|()| Settled::AsAsked)
         }
         _ => q.form.settle(&q.conns, id, hold, outcome, tx).await,
     };
     q.observe.settlement_took(since);
     q.note_unlock();
-    let ok = settled.is_ok();
+    let done = settled.as_ref().ok().copied();
+    let outcome = match done {
+        Some(Settled::Cancelled) => {
+            tracing::info!(
+                "job cancelled while in work, found by its settlement; its row is removed"
+            );
+            tracing::Span::current().record("outcome", Outcome::drop().name());
+            Outcome::drop()
+        }
+        _ => outcome,
+    };
+    let settled = settled.map(drop);
     if let (Some(delay), Some(kept)) = (policy::settled(q, id, outcome, settled), kept) {
         q.form.hold_for(&q.conns, id, kept, delay).await;
     }
-    ok
+    done
 }
 
 /// Removes row `id`, cancelled before its handler started (claimed ahead of its worker, and a
@@ -352,7 +366,7 @@ pub(super) async fn drop_unstarted<DB: Backend, F: Form<DB>>(
     let settled = q.form.settle(&q.conns, id, hold, outcome, None).await;
     q.note_unlock();
     let removed = settled.is_ok();
-    policy::settled(q, id, outcome, settled);
+    policy::settled(q, id, outcome, settled.map(drop));
     drop(entered);
     if removed {
         q.requests.forget(&q.shared.pool, id).await;

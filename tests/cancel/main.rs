@@ -14,7 +14,9 @@
 //! (PostgreSQL, listening); requests naming no row are swept. `pooler.rs`: cancellations of jobs
 //! in work through PgBouncer in transaction pooling (row lock and lease forms).
 //! `sqlite_advisory.rs`: SQLite's advisory form, whose keys are held in the process — a job in
-//! work gets a request, a queued one is removed, no cancellation leaves a key held.
+//! work gets a request, a queued one is removed, no cancellation leaves a key held. `races.rs`:
+//! cancellations racing settlements on the row lock and advisory forms, counted against a
+//! ledger — no `Requested` job commits its writes or starts again.
 
 #[allow(
     dead_code,
@@ -29,6 +31,7 @@ mod gaps;
 mod in_work;
 mod pooler;
 mod queued;
+mod races;
 mod sqlite_advisory;
 
 /// Every test, under one path for the macros below.
@@ -37,6 +40,7 @@ mod cases {
     pub(crate) use crate::gaps::*;
     pub(crate) use crate::in_work::*;
     pub(crate) use crate::queued::*;
+    pub(crate) use crate::races::*;
 
     use crate::support::{AdvisoryForm, RowLockForm, TestDb};
 
@@ -73,6 +77,8 @@ macro_rules! per_database {
                 the_shutdown_timeout_fires_cancelled,
                 a_queued_job_with_requests_declared_is_removed_at_once,
                 a_missing_requests_table_is_refused_at_start,
+                an_advisory_queue_on_a_leased_table_is_refused,
+                a_lease_queue_on_a_table_that_hides_its_lease_is_refused,
                 a_leased_batch_row_is_cancelled_alone,
             );
             $(cases_tests!($ty: $server);)*
@@ -91,8 +97,11 @@ macro_rules! cases_tests {
 
 per_database! {
     sqlite => sqlx::Sqlite, requests_naming_no_row_are_swept_by_advisory,
-        an_advisory_batch_row_is_cancelled_alone;
+        an_advisory_batch_row_is_cancelled_alone,
+        requested_advisory_jobs_commit_nothing,
+        requested_advisory_jobs_never_start_again;
     postgres => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
+        a_row_lock_queue_on_a_leased_table_is_refused,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,
@@ -100,8 +109,13 @@ per_database! {
         a_row_lock_batch_row_is_cancelled_alone,
         an_advisory_batch_row_is_cancelled_alone,
         a_lease_row_cancelled_while_claimed_ahead_never_starts,
-        requests_naming_no_row_are_swept_by_row_lock;
+        requests_naming_no_row_are_swept_by_row_lock,
+        requested_row_lock_jobs_commit_nothing,
+        requested_advisory_jobs_commit_nothing,
+        requested_row_lock_jobs_never_start_again,
+        requested_advisory_jobs_never_start_again;
     postgres18 => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
+        a_row_lock_queue_on_a_leased_table_is_refused,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,
@@ -109,13 +123,22 @@ per_database! {
         a_row_lock_batch_row_is_cancelled_alone,
         an_advisory_batch_row_is_cancelled_alone,
         a_lease_row_cancelled_while_claimed_ahead_never_starts,
-        requests_naming_no_row_are_swept_by_row_lock;
+        requests_naming_no_row_are_swept_by_row_lock,
+        requested_row_lock_jobs_commit_nothing,
+        requested_advisory_jobs_commit_nothing,
+        requested_row_lock_jobs_never_start_again,
+        requested_advisory_jobs_never_start_again;
     mysql => sqlx::MySql, a_row_lock_claims_job_is_said_in_work_without_waiting,
+        a_row_lock_queue_on_a_leased_table_is_refused,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,
         a_request_outlives_a_delivery_released_unsettled,
         a_row_lock_batch_row_is_cancelled_alone,
         an_advisory_batch_row_is_cancelled_alone,
-        requests_naming_no_row_are_swept_by_row_lock;
+        requests_naming_no_row_are_swept_by_row_lock,
+        requested_row_lock_jobs_commit_nothing,
+        requested_advisory_jobs_commit_nothing,
+        requested_row_lock_jobs_never_start_again,
+        requested_advisory_jobs_never_start_again;
 }

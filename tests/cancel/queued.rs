@@ -1,13 +1,14 @@
 //! Cancelling jobs not in work: a queued job is removed (or marked) and never delivered, also by
 //! its unique key, and inside a transaction (a rollback cancels nothing); a finished job is not
-//! found. The helpers the tests of jobs in work (`in_work`) share are here too.
+//! found. Queues whose form the table's declaration hides from a cancellation are refused at
+//! start. The helpers the tests of jobs in work (`in_work`) share are here too.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx_queue::{Cancellation, Delivery, Job, Outcome, Queue, Runner, Table};
 
-use crate::support::{Ctx, Spec, TestDb};
+use crate::support::{AdvisoryForm, Ctx, Form, RowLockForm, Spec, TestDb};
 
 /// The lease queue's table, its `locked_until` declared so a cancellation knows its leases.
 pub(crate) fn jobs(t: &str) -> Table {
@@ -239,4 +240,69 @@ pub(crate) async fn a_missing_requests_table_is_refused_at_start<DB: TestDb>() {
         other => panic!("expected a schema error naming {missing}: {other:?}"),
     }
     ctx.drop_tables().await;
+}
+
+pub(crate) async fn an_advisory_queue_on_a_leased_table_is_refused<DB: TestDb>()
+where
+    AdvisoryForm: Form<DB>,
+{
+    a_held_queue_on_a_leased_table_is_refused::<DB, AdvisoryForm>().await;
+}
+
+pub(crate) async fn a_row_lock_queue_on_a_leased_table_is_refused<DB: TestDb>()
+where
+    RowLockForm: Form<DB>,
+{
+    a_held_queue_on_a_leased_table_is_refused::<DB, RowLockForm>().await;
+}
+
+/// A cancellation knows the table, not the queue: on a table that declares a lease column it
+/// tells a job in work by its lease, so a queue of a form that holds rows otherwise (a row lock,
+/// an advisory key) would have its jobs in work removed and answered `Cancelled` while their
+/// handlers run. Such a queue is refused at start, naming the declaration to remove.
+async fn a_held_queue_on_a_leased_table_is_refused<DB: TestDb, F: Form<DB>>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let queue =
+        F::apply(Queue::table(jobs(&t))).handler(|_: Delivery<DB>| async { Outcome::ack() });
+    let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
+    assert_refused(refused, "declares the lease column `locked_until`");
+    ctx.drop_tables().await;
+}
+
+/// A lease queue whose table declares another lease column, or cancel requests (the other
+/// forms') without its lease column, is refused at start: a cancellation would take its jobs
+/// in work for queued ones.
+pub(crate) async fn a_lease_queue_on_a_table_that_hides_its_lease_is_refused<DB: TestDb>() {
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = ctx.table(Spec::lease()).await;
+    let other = Queue::table(Table::new(&t).lease("retry_after"))
+        .lease("locked_until")
+        .handler(|_: Delivery<DB>| async { Outcome::ack() });
+    let refused = Runner::new(ctx.pool.clone()).mount(other).start().await;
+    assert_refused(refused, "but the queue leases with `locked_until`");
+    let cancels = format!("{t}_cancels");
+    ctx.exec(&format!("CREATE TABLE {cancels} (id BIGINT PRIMARY KEY)"))
+        .await;
+    let hidden = Queue::table(Table::new(&t).cancel_requests(&cancels))
+        .lease("locked_until")
+        .handler(|_: Delivery<DB>| async { Outcome::ack() });
+    let refused = Runner::new(ctx.pool.clone()).mount(hidden).start().await;
+    assert_refused(refused, "`Table::lease(\"locked_until\")`");
+    ctx.exec(&format!("DROP TABLE {cancels}")).await;
+    ctx.drop_tables().await;
+}
+
+fn assert_refused(started: sqlx_queue::Result<sqlx_queue::Running>, says: &str) {
+    match started {
+        Err(sqlx_queue::Error::Declaration { reason, .. }) => {
+            assert!(reason.contains(says), "{reason:?} does not say {says:?}");
+        }
+        Err(other) => panic!("expected a declaration error saying {says:?}: {other}"),
+        Ok(_) => panic!("started, where a declaration error should say {says:?}"),
+    }
 }

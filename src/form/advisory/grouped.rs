@@ -32,7 +32,7 @@ use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
 use crate::delivery::Outcome;
 use crate::error::{Error, Result};
-use crate::form::{Checked, ClaimFailed, Conns, Form, GRACE, Returned};
+use crate::form::{Checked, ClaimFailed, Conns, Form, GRACE, Returned, Settled};
 
 /// How recently a session must have answered for a row of its claim to start without asking it
 /// again (see the module's docs): about what a row waits for a worker when none was claimed
@@ -222,7 +222,7 @@ impl<DB: Backend> Form<DB> for GroupedForm {
         hold: OnSession<DB>,
         outcome: Outcome,
         _: Option<HeldConn<DB>>,
-    ) -> Result<()> {
+    ) -> Result<Settled> {
         let settled = hold
             .with(async |conn| match conn {
                 Some(conn) => self.inner.settle_on::<DB>(conn, id, outcome, true).await,

@@ -24,15 +24,34 @@ mod together;
 use keys::Keys;
 pub(crate) use keys::fnv1a_32;
 
+use super::requests::Requests;
 use super::{
-    Checked, ClaimFailed, Conns, Form, Held, Returned, SettledAndClaimed, execute, no_dead_letter,
-    no_retry_after, settlement_args,
+    Checked, ClaimFailed, Conns, Form, Held, Returned, Settled, SettledAndClaimed, execute,
+    no_dead_letter, no_retry_after, settlement_args,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
 use crate::delivery::{Outcome, Settle};
 use crate::dialect::{self, AdvisorySql, Args, Dialect, Stmt};
 use crate::error::{Error, Result};
+
+/// Reserves row `id`'s request for a settlement in a transaction on `conn` — the delivery's, or
+/// one begun here: `true` when the job was cancelled in work, the transaction then rolled back
+/// (a transactional delivery's writes with it).
+async fn reserve<DB: Backend>(
+    conn: &mut HeldConn<DB>,
+    id: i64,
+    requests: &Requests,
+) -> Result<bool, sqlx::Error> {
+    if conn.depth() == 0 {
+        conn.begin(None).await?;
+    }
+    let cancelled = requests.cancelled::<DB>(conn, id).await;
+    if !matches!(cancelled, Ok(false)) {
+        conn.rollback().await?;
+    }
+    cancelled
+}
 
 /// The advisory lock form of one mounted queue.
 #[derive(Debug)]
@@ -141,7 +160,7 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         hold: Held<DB>,
         outcome: Outcome,
         _: Option<HeldConn<DB>>,
-    ) -> Result<()> {
+    ) -> Result<Settled> {
         let mut conn = hold.into_conn(&self.checked.queue, id)?;
         let settled = self.settle_on::<DB>(&mut conn, id, outcome, false).await;
         conns.put_held(conn);
@@ -306,15 +325,56 @@ impl AdvisoryForm {
     /// with the delivery's transaction when `conn` is in one), then releases the key. A
     /// statement that fails still releases the key, and the row returns as it was — unless
     /// `keep_failed`: the key is then kept for the caller to release (see `grouped`).
-    async fn settle_on<DB: Backend>(
+    ///
+    /// Where the table records cancel requests, a transactional ack, and a plain settlement that
+    /// would leave the row, reserve the row's request first, in the transaction they commit in
+    /// (a plain one begins one): a request found there rolls it back and removes the row
+    /// instead (`form::requests`).
+    pub(super) async fn settle_on<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
         id: i64,
         outcome: Outcome,
         keep_failed: bool,
+    ) -> Result<Settled> {
+        let checked = &self.checked;
+        let reserved = match &checked.requests {
+            Some(requests) if conn.depth() > 0 || !checked.finishes(outcome) => {
+                match reserve::<DB>(conn, id, requests).await {
+                    Ok(false) => Some(requests),
+                    Ok(true) => {
+                        let drop = Outcome::drop();
+                        let dropped = self.settle_as::<DB>(conn, id, drop, keep_failed, None);
+                        return dropped.await.map(|()| Settled::Cancelled);
+                    }
+                    Err(error) => {
+                        if !keep_failed {
+                            let _ = self.unlock::<DB>(conn, id).await;
+                        }
+                        return Err(error.into());
+                    }
+                }
+            }
+            _ => None,
+        };
+        let settled = self.settle_as::<DB>(conn, id, outcome, keep_failed, reserved);
+        settled.await.map(|()| Settled::AsAsked)
+    }
+
+    /// [`settle_on`](Self::settle_on) by `outcome`, with the row's request `reserved` in the
+    /// transaction `conn` is in, where one was (a batch's rows reserve none: a row retried as a
+    /// cancellation is answered returns with its request).
+    pub(super) async fn settle_as<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        id: i64,
+        outcome: Outcome,
+        keep_failed: bool,
+        reserved: Option<&Requests>,
     ) -> Result<()> {
         let checked = &self.checked;
         let args = settlement_args(checked, id, outcome);
+        let mut changes_row = true;
         let mut settled = match (checked.custom.get(outcome.0), &checked.dead, outcome.0) {
             (Some(custom), _, _) => execute::<DB>(conn, custom, &args).await.map(drop),
             (None, Some(dead), Settle::DeadLetter) => dead.run(conn, &args).await.map(drop),
@@ -336,9 +396,23 @@ impl AdvisoryForm {
                     };
                 }
                 Some(stmt) => execute::<DB>(conn, stmt, &args).await.map(drop),
-                None => Ok(()),
+                None => {
+                    changes_row = false;
+                    Ok(())
+                }
             },
         };
+        // A retry (no statement) leaves the row as it was: its key goes back before the
+        // reservation's commit, so that a cancellation waiting for that commit finds the row
+        // free and removes it. A settlement that changed the row keeps its key until the
+        // commit: a claim reading the row before would find it as it was.
+        let mut unlocked = None;
+        if let (Some(requests), Ok(())) = (reserved, &settled) {
+            settled = requests.release::<DB>(conn, id).await;
+            if settled.is_ok() && !changes_row {
+                unlocked = Some(self.unlock::<DB>(conn, id).await);
+            }
+        }
         // A transactional ack settles in the delivery's transaction: it ends before the unlock.
         if conn.depth() > 0 {
             settled = match settled {
@@ -346,10 +420,16 @@ impl AdvisoryForm {
                 Err(error) => conn.rollback().await.and(Err(error)),
             };
         }
-        if keep_failed && let Err(error) = settled {
+        if keep_failed
+            && unlocked.is_none()
+            && let Err(error) = settled
+        {
             return Err(error.into());
         }
-        let unlocked = self.unlock::<DB>(conn, id).await;
+        let unlocked = match unlocked {
+            Some(unlocked) => unlocked,
+            None => self.unlock::<DB>(conn, id).await,
+        };
         settled?;
         unlocked
     }

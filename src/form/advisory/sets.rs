@@ -16,7 +16,7 @@ impl AdvisoryForm {
     /// by row if it fails, so each row's own statement says how it went), retries with none, and
     /// their keys released with it or with one more; a delay, a dead letter or a custom
     /// statement row by row, as a single delivery. One result per row, in order. `keep_failed`:
-    /// as [`settle_on`](Self::settle_on)'s.
+    /// as [`settle_as`](Self::settle_as)'s.
     pub(super) async fn settle_sets<DB: Backend>(
         &self,
         conn: &mut HeldConn<DB>,
@@ -75,7 +75,8 @@ impl AdvisoryForm {
         }
         for (i, &(id, outcome)) in settlements.iter().enumerate() {
             if results[i].is_none() || failed.iter().any(|(f, _)| *f == i) {
-                results[i] = Some(self.settle_on::<DB>(conn, id, outcome, keep_failed).await);
+                let settled = self.settle_as::<DB>(conn, id, outcome, keep_failed, None);
+                results[i] = Some(settled.await);
             }
         }
         results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()

@@ -20,8 +20,8 @@ use chrono::{DateTime, Utc};
 use tokio::time::Instant;
 
 use super::{
-    Checked, ClaimFailed, Conns, Form, GRACE, Returned, SettledAndClaimed, execute, fetch_i64,
-    fetch_row, on_conn, settlement_args,
+    Checked, ClaimFailed, Conns, Form, GRACE, Returned, Settled, SettledAndClaimed, execute,
+    fetch_i64, fetch_row, on_conn, settlement_args,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::{FormKind, QueueConfig};
@@ -227,7 +227,7 @@ impl<DB: Backend> Form<DB> for LeaseForm {
         hold: Token,
         outcome: Outcome,
         tx: Option<HeldConn<DB>>,
-    ) -> Result<()> {
+    ) -> Result<Settled> {
         let args = Args {
             token: Some(hold.token),
             ..settlement_args(&self.checked, id, outcome)
@@ -267,7 +267,11 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             }
         }
         conns.put_held(conn);
-        if settled { Ok(()) } else { Err(self.lost(id)) }
+        if settled {
+            Ok(Settled::AsAsked)
+        } else {
+            Err(self.lost(id))
+        }
     }
 
     async fn settle_many(
@@ -320,7 +324,9 @@ impl<DB: Backend> Form<DB> for LeaseForm {
             settled.push(match grouped {
                 Some(true) => Ok(()),
                 Some(false) => Err(self.lost(id)),
-                None => <Self as Form<DB>>::settle(self, conns, id, hold, outcome, None).await,
+                None => <Self as Form<DB>>::settle(self, conns, id, hold, outcome, None)
+                    .await
+                    .map(drop),
             });
         }
         settled

@@ -5,8 +5,8 @@
 //! settlement carries the next batch's claim in its round trip (`together.rs`).
 
 use super::{
-    Checked, ClaimFailed, Conns, Form, Held, Returned, SettledAndClaimed, fetch_claimed, fetch_i64,
-    on_conn,
+    Checked, ClaimFailed, Conns, Form, Held, Returned, Settled, SettledAndClaimed, fetch_claimed,
+    fetch_i64, on_conn,
 };
 use crate::backend::{Backend, ClaimedRow, HeldConn};
 use crate::config::QueueConfig;
@@ -111,11 +111,12 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         ack: bool,
     ) -> Result<Option<HeldConn<DB>>, sqlx::Error> {
         // An ack releases the savepoint into the claim's transaction, which commits with the
-        // settlement; any other outcome rolls back to it.
-        if ack {
-            conn.commit().await?;
-        } else {
+        // settlement (where the table records cancel requests, the settlement releases it, once
+        // it found none: `settle_on`); any other outcome rolls back to it.
+        if !ack {
             conn.rollback().await?;
+        } else if self.checked.requests.is_none() {
+            conn.commit().await?;
         }
         hold.conn = Some(conn);
         Ok(None)
@@ -138,13 +139,9 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         hold: Held<DB>,
         outcome: Outcome,
         _: Option<HeldConn<DB>>,
-    ) -> Result<()> {
+    ) -> Result<Settled> {
         let mut conn = hold.into_conn(&self.checked.queue, id)?;
-        let settled = match self.apply::<DB>(&mut conn, id, outcome).await {
-            Ok(true) => conn.commit().await.map_err(Error::from),
-            Ok(false) => conn.rollback().await.map_err(Error::from),
-            Err(error) => Err(error),
-        };
+        let settled = self.settle_on::<DB>(&mut conn, id, outcome).await;
         // Dropped unsettled if the transaction is still open: the server rolls it back.
         conns.put_held(conn);
         settled
@@ -251,6 +248,47 @@ async fn rollback<DB: Backend>(conns: &Conns<DB>, id: i64, mut conn: HeldConn<DB
 }
 
 impl RowLockForm {
+    /// Settles row `id` by `outcome` in the claim's transaction on `conn`, and commits it. A
+    /// transactional ack's savepoint is still open where the table records cancel requests:
+    /// the row's request is reserved in it first, and a request found there rolls it back and
+    /// removes the row instead (`form::requests`); so does one found by a plain delivery's
+    /// settlement that would leave the row.
+    async fn settle_on<DB: Backend>(
+        &self,
+        conn: &mut HeldConn<DB>,
+        id: i64,
+        outcome: Outcome,
+    ) -> Result<Settled> {
+        let kept = conn.depth() > 1;
+        let reserved = match &self.checked.requests {
+            Some(requests) if kept || !self.checked.finishes(outcome) => {
+                if requests.cancelled::<DB>(conn, id).await? {
+                    if kept {
+                        conn.rollback().await?;
+                    }
+                    self.apply::<DB>(conn, id, Outcome::drop()).await?;
+                    conn.commit().await?;
+                    return Ok(Settled::Cancelled);
+                }
+                Some(requests)
+            }
+            _ => None,
+        };
+        if kept {
+            conn.commit().await?;
+        }
+        if self.apply::<DB>(conn, id, outcome).await? {
+            if let Some(requests) = reserved {
+                requests.release::<DB>(conn, id).await?;
+            }
+            conn.commit().await?;
+        } else {
+            // A retry without an attempt column leaves the row as it was (its reservation too).
+            conn.rollback().await?;
+        }
+        Ok(Settled::AsAsked)
+    }
+
     /// Claims up to `limit` rows in one transaction on one connection, which then holds them.
     async fn claim_rows<DB: Backend>(
         &self,
