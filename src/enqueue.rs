@@ -8,6 +8,7 @@ mod cancel;
 mod headers;
 mod refuse;
 mod tick;
+mod transaction;
 mod unique;
 mod unique_job;
 mod wake;

@@ -49,7 +49,7 @@ pub(crate) use upkeep::{PruneSql, Pruned, prune, ready};
 
 /// The statements of unique jobs.
 pub(crate) mod unique_sql {
-    pub(crate) use super::unique::{holders, insert, lock, update};
+    pub(crate) use super::unique::{holders, insert, key_locks, lock, update};
 }
 
 /// The 32-bit FNV-1a hash: stable across processes, versions and platforms. The high half of a
@@ -85,6 +85,18 @@ pub(crate) fn identity_key(dialect: Dialect, [first, second, third, _]: &[String
 /// so a read at its start cannot be outdated by another writer before its write.
 pub(crate) fn begin_write(dialect: Dialect) -> Option<&'static str> {
     (dialect == Dialect::Sqlite).then_some("BEGIN IMMEDIATE")
+}
+
+/// What opens a transaction of the crate's own for a unique enqueue or a cancellation on a
+/// caller's connection: SQLite's takes the write lock at once (`begin_write`); elsewhere it runs
+/// at READ COMMITTED whatever the server's default (MariaDB's is REPEATABLE READ, whose snapshot
+/// would hide a key's row committed while the transaction waited for its lock).
+pub(crate) fn begin_own(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => "BEGIN IMMEDIATE",
+        Dialect::MySql => "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
+        Dialect::Postgres => "BEGIN ISOLATION LEVEL READ COMMITTED",
+    }
 }
 
 /// What begins a delivery's transaction: at `isolation` (PostgreSQL, MySQL/MariaDB; read

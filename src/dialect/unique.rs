@@ -97,6 +97,28 @@ pub(crate) fn holders(n: &Names, key: &str, keys: usize) -> String {
     w.finish().text().to_owned()
 }
 
+/// MySQL/MariaDB: the named locks that let one unique enqueue of a key at a time wait for an
+/// unfinished row of that key that another transaction has not committed yet. InnoDB lets every
+/// insert of a taken key wait for that transaction; when it rolls back, the waiters meet each
+/// other's locks and all but one die of a deadlock (1213), their transactions rolled back. With
+/// the named lock, one waits in InnoDB and the others wait for the lock (as long as InnoDB lets
+/// a lock wait: `innodb_lock_wait_timeout`). The take of `keys` names (bound in order, each
+/// three times), each first released where this session holds it already (an enqueue whose
+/// future was dropped while it waited), and their release (each name bound once).
+pub(crate) fn key_locks(keys: usize) -> (String, String) {
+    let take = (0..keys)
+        .map(|_| {
+            "IF(IS_USED_LOCK(?) = CONNECTION_ID(), RELEASE_LOCK(?), 0), \
+             GET_LOCK(?, @@innodb_lock_wait_timeout)"
+        })
+        .collect::<Vec<_>>();
+    let release = (0..keys).map(|_| "RELEASE_LOCK(?)").collect::<Vec<_>>();
+    (
+        format!("SELECT {}", take.join(", ")),
+        format!("SELECT {}", release.join(", ")),
+    )
+}
+
 /// What an update of a job found by its key changes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Change {
@@ -201,6 +223,16 @@ mod tests {
             insert(&names(Dialect::MySql, t), "`k`", 1).text(),
             "INSERT INTO `jobs` (`payload`, `k`) VALUES (?, ?)"
         );
+    }
+
+    #[test]
+    fn unique_keys_are_locked_by_name_on_mysql() {
+        let (take, release) = key_locks(2);
+        assert_eq!(
+            take,
+            "SELECT IF(IS_USED_LOCK(?) = CONNECTION_ID(), RELEASE_LOCK(?), 0), GET_LOCK(?, @@innodb_lock_wait_timeout), IF(IS_USED_LOCK(?) = CONNECTION_ID(), RELEASE_LOCK(?), 0), GET_LOCK(?, @@innodb_lock_wait_timeout)"
+        );
+        assert_eq!(release, "SELECT RELEASE_LOCK(?), RELEASE_LOCK(?)");
     }
 
     #[test]

@@ -14,6 +14,7 @@ use futures::future::BoxFuture;
 use sqlx::{Acquire, SqlStr};
 
 use super::bound;
+use super::transaction::Runs;
 use crate::backend::{self, Backend, Clock, in_process};
 use crate::dialect::{self, Args, CANCEL_NOTICE, CancelSql, KeysAt, Names, Stmt};
 use crate::error::{Error, Result};
@@ -89,20 +90,28 @@ impl Table {
     /// (`&mut *tx`): the cancellation then commits, or not, with it.
     ///
     /// Which jobs are in work is read from the table: a live lease in its
-    /// [lease column](Table::lease) (declare it: a table without one does not know its leases),
-    /// or, on PostgreSQL and MySQL/MariaDB, a row lock claim's hold on the row, and, where the
-    /// table has a [cancel requests' table](Table::cancel_requests), a runner's advisory key on
-    /// it (passed over: the cancellation never waits for either). SQLite's advisory keys are
-    /// held in the process, which is the one process the form serves per database file: there
-    /// the cancellation takes the row's key while it removes the row, so that no claim takes
-    /// it meanwhile. The README's "Cancellation" says when the handler learns of it, per form
-    /// and database.
+    /// [lease column](Table::lease) (declare it: a table without one does not know its leases;
+    /// `Runner::start` refuses a lease queue on a table that declares cancel requests without
+    /// it), or, on a table without one, a row lock claim's hold on the row (PostgreSQL,
+    /// MySQL/MariaDB) and a runner's advisory key on it (passed over: the cancellation never
+    /// waits for either). SQLite's advisory keys are held in the process, which is the one
+    /// process the form serves per database file: there the cancellation takes the row's key
+    /// while it removes the row, so that no claim takes it meanwhile. A job in work on a table
+    /// without a [cancel requests' table](Table::cancel_requests) is answered
+    /// [`Cancellation::InWork`], nothing changed. The README's "Cancellation" says when the
+    /// handler learns of it, per form and database.
     ///
-    /// On SQLite inside the caller's transaction, that key is the cancellation's until its own
-    /// savepoint ends, not until the caller commits: an advisory runner whose table has no
-    /// attempt column (its claim then writes nothing) may claim the row in between, and the
-    /// handler would find the row gone at its settlement. Cancel on a pool or a connection
-    /// there, or commit at once.
+    /// The cancellation inserts its request before it tries the row, and a settlement that
+    /// would commit anything but the row's removal reserves the request for itself first: each
+    /// waits for the other's commit, so a `Requested` answer holds (a cancellation inside your
+    /// transaction keeps that job's settlement waiting until you commit). On a pool it is a
+    /// transaction of the crate's own, run again when the database ends it for a deadlock.
+    ///
+    /// On SQLite, and on MySQL/MariaDB's advisory form, inside the caller's transaction the
+    /// row's key is the cancellation's until its own savepoint ends, not until the caller
+    /// commits: an advisory runner whose queue counts no attempts may claim the row in between,
+    /// and the handler would find the row gone at its settlement. Cancel on a pool or a
+    /// connection there, or commit at once.
     ///
     /// # Errors
     ///
@@ -172,6 +181,7 @@ fn server_key(identity: &str) -> (i64, String) {
 }
 
 /// The job a cancellation names.
+#[derive(Clone, Copy)]
 enum Target<'a> {
     Id(i64),
     /// The unfinished job holding unique key `key`, read by `by_key` inside the cancellation's
@@ -182,22 +192,9 @@ enum Target<'a> {
     },
 }
 
-/// Opens a cancellation's transaction on `conn` (a savepoint inside the caller's). SQLite's
-/// takes the write lock at once (`BEGIN IMMEDIATE`): a cancellation that reads whether the row
-/// is there before it records a request would otherwise fail to write on a snapshot another
-/// writer outdated.
-async fn begin<DB: Backend>(conn: &mut DB::Connection) -> Result<sqlx::Transaction<'_, DB>> {
-    Ok(match dialect::begin_write(DB::DIALECT) {
-        Some(begin) if !backend::in_transaction::<DB>(conn) => {
-            sqlx::Connection::begin_with(conn, begin).await?
-        }
-        _ => sqlx::Connection::begin(conn).await?,
-    })
-}
-
 impl Table {
     /// Cancels the job `target` names in a transaction of its own on `conn` (a savepoint inside
-    /// the caller's), and commits it.
+    /// the caller's; on a pool, run again after a deadlock), and commits it.
     async fn cancel_in_tx<DB: Backend>(
         &self,
         conn: &mut DB::Connection,
@@ -206,46 +203,33 @@ impl Table {
         target: Target<'_>,
     ) -> Result<Cancellation> {
         let identity = self.keys_identity::<DB>(conn, sql).await?;
-        let mut tx = begin::<DB>(conn).await?;
-        let id = match target {
-            Target::Id(id) => Some(id),
-            Target::Unique { by_key, key } => {
-                let args = Args {
-                    unique_key: Some(key),
-                    ..Args::default()
-                };
-                backend::fetch_i64::<DB>(&mut tx, bound::<DB>(by_key, &args)).await?
+        let identity = identity.as_deref();
+        // MySQL/MariaDB: the row whose key the runs took on the server, and how many times (a
+        // run ended by a deadlock keeps it: the next takes it again).
+        let (mut key_of, mut times) = (None, 0);
+        let mut runs = Runs::on::<DB>(conn, true);
+        let cancelled = loop {
+            let mut run = match runs.begin::<DB>(conn).await {
+                Ok(run) => run,
+                Err(error) => break Err(error),
+            };
+            let mut took = None;
+            let once = self.cancel_once::<DB>(&mut run, names, sql, target, identity, &mut took);
+            let cancelled = once.await;
+            if took.is_some() {
+                (key_of, times) = (took, times + 1);
+            }
+            if let Some(cancelled) = runs.end(run, cancelled).await {
+                break cancelled;
             }
         };
-        // MySQL/MariaDB: whether the row's key was taken on the server for the removal.
-        let mut key_taken = false;
-        let cancelled = match id {
-            Some(id) => {
-                let identity = identity.as_deref();
-                let on = self.cancel_on::<DB>(&mut tx, names, sql, identity, id, &mut key_taken);
-                on.await
-            }
-            None => Ok((Cancellation::NotFound, None)),
-        };
-        let done = match cancelled {
-            Ok((done, taken)) => {
-                let committed = tx.commit().await;
-                // SQLite: the row's key, taken in the process, is free once the removal
-                // committed.
-                drop(taken);
-                committed.map(|()| done).map_err(Error::from)
-            }
-            Err(error) => {
-                drop(tx);
-                Err(error)
-            }
-        };
+        // SQLite: the row's key, taken in the process, is free once the removal committed (or
+        // rolled back).
+        let done = cancelled.map(|(done, _key)| done);
         // MySQL/MariaDB: the key goes back once the removal committed (inside the caller's
         // transaction, once its savepoint did), or rolled back: a claim that took it before
         // would read the row again as it was, and deliver it.
-        if let (true, Some(release), Some(identity), Some(id)) =
-            (key_taken, &sql.release, identity.as_deref(), id)
-        {
+        if let (Some(id), Some(release), Some(identity)) = (key_of, &sql.release, identity) {
             let (class, prefix) = server_key(identity);
             let args = Args {
                 id,
@@ -253,9 +237,45 @@ impl Table {
                 key_prefix: Some(&prefix),
                 ..Args::default()
             };
-            DB::execute(conn, bound::<DB>(release, &args)).await?;
+            for _ in 0..times {
+                DB::execute(conn, bound::<DB>(release, &args)).await?;
+            }
         }
         done
+    }
+
+    /// One run of a cancellation in its transaction `tx`: the job `target` names found, and
+    /// cancelled. `took`: the row whose key it took on the server (MySQL/MariaDB).
+    async fn cancel_once<DB: Backend>(
+        &self,
+        tx: &mut DB::Connection,
+        names: &Names,
+        sql: &CancelSql,
+        target: Target<'_>,
+        identity: Option<&str>,
+        took: &mut Option<i64>,
+    ) -> Result<(Cancellation, Option<in_process::Taken>)> {
+        let id = match target {
+            Target::Id(id) => Some(id),
+            Target::Unique { by_key, key } => {
+                let args = Args {
+                    unique_key: Some(key),
+                    ..Args::default()
+                };
+                backend::fetch_i64::<DB>(tx, bound::<DB>(by_key, &args)).await?
+            }
+        };
+        let Some(id) = id else {
+            return Ok((Cancellation::NotFound, None));
+        };
+        let mut key_taken = false;
+        let cancelled = self
+            .cancel_on::<DB>(tx, names, sql, identity, id, &mut key_taken)
+            .await;
+        if key_taken {
+            *took = Some(id);
+        }
+        cancelled
     }
 
     /// Cancels row `id` inside a transaction of `conn`, whose table's advisory keys (where

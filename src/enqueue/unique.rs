@@ -11,17 +11,20 @@
 //! The rounds are here; the statements each round runs, with their error paths, are apart
 //! (`statements`).
 
+mod locks;
 mod statements;
 
 use futures::future::BoxFuture;
 use sqlx::Acquire;
 
+use super::transaction::Runs;
 use super::unique_job::{Enqueued, OnDuplicate, UniqueJob};
 use super::wake;
 use crate::backend::{Backend, Clock};
 use crate::dialect::Names;
 use crate::error::{Error, Result};
 use crate::table::Table;
+use locks::KeyLocks;
 
 /// How often a key is looked for again when it was freed between the insert and the read.
 const ROUNDS: usize = 8;
@@ -29,7 +32,9 @@ const ROUNDS: usize = 8;
 impl Table {
     /// Inserts a unique job unless an unfinished job of the table holds its key, and says what
     /// happened. Pass the caller's transaction (`&mut *tx`) to make the job commit with the data
-    /// it serves (a rollback leaves the key free), or a pool.
+    /// it serves (a rollback leaves the key free), or a pool: there it runs in a transaction of
+    /// the crate's own, run again when the database ends it for a deadlock or a serialization
+    /// failure (inside the caller's transaction such an error is the caller's to retry).
     ///
     /// # Examples
     ///
@@ -79,8 +84,8 @@ impl Table {
     /// # Errors
     ///
     /// As [`enqueue_unique`](Table::enqueue_unique) and
-    /// [`enqueue_many`](Table::enqueue_many). Outside a transaction, jobs enqueued before an
-    /// error stay.
+    /// [`enqueue_many`](Table::enqueue_many). Outside a transaction the call is one transaction
+    /// of the crate's own: an error leaves none of its jobs.
     pub fn enqueue_many_unique<'e, 'c: 'e, DB, A>(
         &'e self,
         conn: A,
@@ -100,8 +105,13 @@ impl Table {
     {
         let (names, key_column) = self.unique_names::<DB>(jobs)?;
         let mut conn = conn.acquire().await?;
-        self.rounds::<DB>(&mut conn, &names, &key_column, jobs)
-            .await
+        let done = self
+            .locked::<DB>(&mut conn, &names, &key_column, jobs)
+            .await?;
+        // After the commit of the crate's own transaction (inside the caller's, the queue
+        // finds the rows once the caller commits, at the latest at its next poll).
+        self.wake_for(jobs, &done);
+        Ok(done)
     }
 
     /// [`enqueue_many_unique`](Table::enqueue_many_unique) on a connection (a transaction of the
@@ -112,7 +122,38 @@ impl Table {
         jobs: &[UniqueJob<'_>],
     ) -> Result<Vec<Enqueued>> {
         let (names, key_column) = self.unique_names::<DB>(jobs)?;
-        self.rounds::<DB>(conn, &names, &key_column, jobs).await
+        let done = self.locked::<DB>(conn, &names, &key_column, jobs).await?;
+        self.wake_for(jobs, &done);
+        Ok(done)
+    }
+
+    /// The rounds of one enqueue in their transaction (the caller's; on a pool the crate's own,
+    /// run again after a deadlock), its keys' named locks held around it on MySQL/MariaDB.
+    async fn locked<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        names: &Names,
+        key_column: &str,
+        jobs: &[UniqueJob<'_>],
+    ) -> Result<Vec<Enqueued>> {
+        let locks = KeyLocks::of::<DB>(self, jobs);
+        locks.take::<DB>(conn).await?;
+        // Inside the caller's transaction, in it (a deadlock ends it on MySQL/MariaDB).
+        let mut runs = Runs::on::<DB>(conn, false);
+        let done = loop {
+            let mut run = match runs.begin::<DB>(conn).await {
+                Ok(run) => run,
+                Err(error) => break Err(error),
+            };
+            let done = self.rounds::<DB>(&mut run, names, key_column, jobs).await;
+            if let Some(done) = runs.end(run, done).await {
+                break done;
+            }
+        };
+        let released = locks.release::<DB>(conn).await;
+        let done = done?;
+        released?;
+        Ok(done)
     }
 
     /// The table's names and its quoted unique key column, once `jobs` are found fit for it.
@@ -177,7 +218,10 @@ impl Table {
                     done[i] = Some(Enqueued::New(*id));
                 }
             }
-            let taken: Vec<usize> = open.into_iter().filter(|&i| done[i].is_none()).collect();
+            // Met in the order of their keys, as every enqueue meets them: two enqueues of the
+            // same keys never wait for each other's row locks in turn.
+            let mut taken: Vec<usize> = open.into_iter().filter(|&i| done[i].is_none()).collect();
+            taken.sort_by(|&a, &b| jobs[a].key().cmp(jobs[b].key()));
             if taken.is_empty() {
                 continue;
             }
@@ -193,15 +237,21 @@ impl Table {
                 }
             }
         }
-        let mut woken: Vec<Option<&str>> = Vec::new();
-        let mut out = Vec::with_capacity(jobs.len());
-        for (job, done) in jobs.iter().zip(done) {
-            let Some(done) = done else {
-                return Err(Error::UniqueKeyHidden {
+        jobs.iter()
+            .zip(done)
+            .map(|(job, done)| {
+                done.ok_or_else(|| Error::UniqueKeyHidden {
                     table: self.name.clone(),
                     key: job.key().to_owned(),
-                });
-            };
+                })
+            })
+            .collect()
+    }
+
+    /// Wakes the queues in this process of the groups whose jobs `done` inserted or changed.
+    fn wake_for(&self, jobs: &[UniqueJob<'_>], done: &[Enqueued]) {
+        let mut woken: Vec<Option<&str>> = Vec::new();
+        for (job, done) in jobs.iter().zip(done) {
             let group = job.job.group.as_deref();
             if matches!(
                 done,
@@ -211,9 +261,7 @@ impl Table {
                 wake(&self.name, group);
                 woken.push(group);
             }
-            out.push(done);
         }
-        Ok(out)
     }
 
     /// Refuses a unique job this table cannot hold.

@@ -31,7 +31,10 @@ impl Table {
         open: &[usize],
         clock: &Clock,
     ) -> Result<HashMap<String, i64>> {
+        // In the order of their keys, as every enqueue inserts them: two inserts of the same
+        // keys never wait for each other's index entries in turn (a deadlock).
         let mut open = open.to_vec();
+        open.sort_by(|&a, &b| jobs[a].key().cmp(jobs[b].key()));
         if DB::DIALECT == Dialect::MySql && open.len() > 1 {
             // One taken key fails MySQL's whole insert: insert the keys found free.
             let keys: Vec<&str> = open.iter().map(|&i| jobs[i].key()).collect();
