@@ -31,6 +31,26 @@ impl<DB: Backend> Held<DB> {
         }
     }
 
+    /// Whether the session holding the row is gone: it does not answer a ping (a session lent
+    /// to a transactional handler is not asked: `false`).
+    pub(super) async fn lost(&mut self, id: i64) -> bool {
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        match sqlx::Connection::ping(&mut **conn).await {
+            Ok(()) => false,
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    id,
+                    "the session holding a row in work does not answer: the row may be claimed \
+                     again; its handler is told (`Delivery::cancelled`)"
+                );
+                true
+            }
+        }
+    }
+
     pub(super) fn new(conn: HeldConn<DB>, session: Option<i64>) -> Self {
         Held {
             conn: Some(conn),

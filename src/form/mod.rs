@@ -177,6 +177,16 @@ pub(crate) trait Form<DB: Backend>: Sized + Send + Sync + 'static {
         async { true }
     }
 
+    /// Whether the server session holding row `id` (its transaction, its key) is gone — the
+    /// server ended it, or restarted — so that the row may be claimed again while its handler
+    /// runs: asked every poll interval while a handler runs on a hold that does not expire.
+    /// `false` where the form cannot tell without disturbing the handler (a session lent to a
+    /// transactional handler: its own statements find out) or holds nothing on a session.
+    fn session_lost(&self, id: i64, hold: &mut Self::Hold) -> impl Future<Output = bool> + Send {
+        let _ = (id, hold);
+        async { false }
+    }
+
     /// How often a batch's holds must be extended while its handler works, and from when.
     fn extend_batch_every(&self, batch: &Self::Batch) -> Option<(Duration, Instant)> {
         let _ = batch;

@@ -71,11 +71,7 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
 ) -> Kept<T, F::Hold> {
     let abort = &q.shared.abort;
     let Some((every, since)) = q.form.extend_every(hold) else {
-        let result = tokio::select! {
-            biased;
-            result = &mut handled => Some(result),
-            () = abort.cancelled() => None,
-        };
+        let result = watch(q, id, hold, handled, cancel).await;
         if result.is_none() {
             cancel.cancel();
         }
@@ -154,6 +150,50 @@ pub(super) async fn keep<DB: Backend, F: Form<DB>, T>(
                 result: Some(result),
                 extending: None,
             };
+        }
+    }
+}
+
+/// Awaits the handler of row `id` on a hold that does not expire, asking every poll interval
+/// whether the session holding the row is gone ([`Form::session_lost`]: the server ended it, or
+/// restarted): the row may then be claimed again while the handler runs, which nothing stops —
+/// the delivery's `cancel` is fired, so that a handler that looks at it can stop. `None` when
+/// cancelled at the shutdown timeout.
+async fn watch<DB: Backend, F: Form<DB>, T>(
+    q: &Live<DB, F>,
+    id: i64,
+    hold: &mut F::Hold,
+    mut handled: Pin<&mut impl Future<Output = T>>,
+    cancel: &Cancel,
+) -> Option<T> {
+    let abort = &q.shared.abort;
+    let every = q.shared.poll_interval;
+    let mut told = false;
+    loop {
+        tokio::select! {
+            biased;
+            result = &mut handled => return Some(result),
+            () = abort.cancelled() => return None,
+            () = tokio::time::sleep(every), if !told => {}
+        }
+        // The handler is polled during the check too. A check that takes longer than `GRACE`
+        // (a server that does not answer) says nothing; the ping it cut off is waited for by
+        // the next statement on that connection.
+        let check = tokio::time::timeout(GRACE, q.form.session_lost(id, hold));
+        tokio::pin!(check);
+        let mut finished = None;
+        let lost = loop {
+            tokio::select! {
+                lost = &mut check => break lost.unwrap_or(false),
+                result = &mut handled, if finished.is_none() => finished = Some(result),
+            }
+        };
+        if lost {
+            told = true;
+            cancel.cancel();
+        }
+        if let Some(result) = finished {
+            return Some(result);
         }
     }
 }

@@ -8,7 +8,8 @@
 //! What is tested here (`settle.rs`), on plain queues of single deliveries (the grouped
 //! sessions): each row delivered once across two runners of 8 workers and no key left after;
 //! retries, drops and dead letters among the grouped acks of a session settle each as it should;
-//! a session the server ends frees its rows to another runner, and its acks settle none of them;
+//! a session the server ends frees its rows to another runner, and its acks settle none of them,
+//! and its handlers are told (`cancelled()`);
 //! (`ahead.rs`) rows claimed ahead of the workers on a session the server ended are not
 //! delivered on its lost keys, rows claimed ahead behind a worker that does not end go back to
 //! other runners, and a claim too long to list its rows fills a deleted row's place;
@@ -46,6 +47,8 @@ macro_rules! per_database {
                     settle::retries_drops_and_dead_letters_among_grouped_acks_settle,
                 a_killed_session_frees_its_rows_and_its_acks_settle_none =>
                     settle::a_killed_session_frees_its_rows_and_its_acks_settle_none,
+                handlers_on_an_ended_session_are_told =>
+                    settle::handlers_on_an_ended_session_are_told,
                 rows_claimed_ahead_on_an_ended_session_are_not_delivered =>
                     ahead::rows_claimed_ahead_on_an_ended_session_are_not_delivered,
                 a_claim_too_long_to_list_fills_a_deleted_rows_place =>

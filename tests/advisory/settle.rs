@@ -221,3 +221,60 @@ pub(crate) async fn a_killed_session_frees_its_rows_and_its_acks_settle_none<DB:
     assert_eq!(keys::held(&ctx, &t).await, 0, "no key left");
     ctx.drop_tables().await;
 }
+
+/// The server ends the session holding the keys of two rows in work (as a restart would): the
+/// rows are claimable again at once, and their handlers, which nothing stops, are told —
+/// `Delivery::cancelled()` fires within a few poll intervals (the runner pings a session whose
+/// handlers work longer than one). Before, nothing told them: a handler that went on overlapped
+/// the row's next delivery unaware.
+pub(crate) async fn handlers_on_an_ended_session_are_told<DB: TestDb>() {
+    if DB::LABEL == "sqlite" {
+        // Keys held in the process: no session to end.
+        return;
+    }
+    let Some(mut ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = rows_of(&mut ctx, &["a", "b"]).await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let queue = Queue::table(Table::new(&t))
+        .advisory_lock()
+        .workers(2)
+        .handler(move |d: Delivery<DB>| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(("started", d.id()));
+                let told = tokio::time::timeout(Duration::from_secs(20), d.cancelled()).await;
+                let _ = tx.send((if told.is_ok() { "told" } else { "never told" }, d.id()));
+                Outcome::retry()
+            }
+        });
+    let running = Runner::new(ctx.pool(6).await)
+        .poll_interval(Duration::from_millis(100))
+        .mount(queue)
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            recv(&mut seen, "two handlers to start", 30).await.0,
+            "started"
+        );
+    }
+    assert!(
+        keys::end_sessions(&ctx, &t).await > 0,
+        "a session held the keys"
+    );
+    let ended = tokio::time::Instant::now();
+    for _ in 0..2 {
+        let (what, id) = recv(&mut seen, "the handlers to be told", 30).await;
+        assert_eq!(what, "told", "row {id}, after {:?}", ended.elapsed());
+    }
+    assert!(
+        ended.elapsed() < Duration::from_secs(5),
+        "told within a few poll intervals: {:?}",
+        ended.elapsed()
+    );
+    running.shutdown().await.unwrap();
+    ctx.drop_tables().await;
+}

@@ -370,6 +370,10 @@ impl<DB: Backend> Form<DB> for GroupedForm {
         }
     }
 
+    async fn session_lost(&self, id: i64, hold: &mut OnSession<DB>) -> bool {
+        !<Self as Form<DB>>::still_held(self, id, hold).await
+    }
+
     fn keep(&self, hold: &OnSession<DB>) -> Option<OnSession<DB>> {
         Some(OnSession(Arc::clone(&hold.0)))
     }

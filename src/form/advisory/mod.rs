@@ -123,6 +123,10 @@ impl<DB: Backend> Form<DB> for AdvisoryForm {
         Ok(None)
     }
 
+    async fn session_lost(&self, id: i64, hold: &mut Held<DB>) -> bool {
+        hold.lost(id).await
+    }
+
     async fn lend(&self, _: &Conns<DB>, hold: &mut Held<DB>) -> Result<HeldConn<DB>> {
         // A transaction on the session that holds the key.
         hold.lend(self.begin_delivery, &self.checked.queue).await

@@ -98,6 +98,10 @@ impl<DB: Backend> Form<DB> for RowLockForm {
         .await
     }
 
+    async fn session_lost(&self, id: i64, hold: &mut Held<DB>) -> bool {
+        hold.lost(id).await
+    }
+
     async fn lend(&self, _: &Conns<DB>, hold: &mut Held<DB>) -> Result<HeldConn<DB>> {
         // A savepoint in the claim's transaction.
         hold.lend(None, &self.checked.queue).await
