@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::error::{Error, Result};
 use crate::table::{DeadLetter, Dialect, Table};
 
@@ -121,6 +122,8 @@ pub struct QueueConfig {
     pub(crate) rate: Option<RateLimit>,
     /// Per-key order inside one process: the workers are lanes, a key's rows go to one.
     pub(crate) by_key: Option<ByKey>,
+    /// How long a failed delivery's row waits before it returns.
+    pub(crate) backoff: Backoff,
 }
 
 impl QueueConfig {
@@ -142,6 +145,7 @@ impl QueueConfig {
             listen_notify: false,
             rate: None,
             by_key: None,
+            backoff: Backoff::default(),
         }
     }
 

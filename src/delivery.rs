@@ -283,8 +283,9 @@ impl<DB: Backend> fmt::Debug for Tx<'_, DB> {
 /// | [`retry`](Outcome::retry) | returned to the queue at once, its attempt counted |
 /// | [`retry_after`](Outcome::retry_after) | returned, claimable again after the delay |
 /// | [`dead_letter`](Outcome::dead_letter) | moved to the queue's dead letter |
+/// | [`fail`](Outcome::fail) (an `Err`, a panic) | returned after the queue's [backoff](crate::Queue::backoff) |
 ///
-/// At the queue's `max_attempts`, a retry or retry_after moves the row to its dead letter
+/// At the queue's `max_attempts`, a retry, retry_after or fail moves the row to its dead letter
 /// instead.
 ///
 /// # Examples
@@ -313,6 +314,10 @@ pub(crate) enum Settle {
     /// The payload (or, in row mode, the row) did not decode: dead letter where the queue has
     /// one, else drop.
     Undecodable,
+    /// The delivery failed (its handler returned an error, or panicked): retried after the
+    /// queue's backoff, or moved to its dead letter at the cap — the policy turns it into one
+    /// of those before any form settles it (a form treats it as a retry at once).
+    Fail,
 }
 
 impl Outcome {
@@ -344,6 +349,15 @@ impl Outcome {
         Outcome(Settle::DeadLetter)
     }
 
+    /// The delivery failed: return the row after the queue's
+    /// [backoff](crate::Queue::backoff) — 2 s after the first delivery, doubling up to an hour,
+    /// with jitter, by default — or move it to its dead letter at `max_attempts`. What an
+    /// `Err` from a handler and a panic become. On a table without a `retry_after` column the
+    /// row returns at once (`Runner::start` warns of it).
+    pub fn fail() -> Self {
+        Outcome(Settle::Fail)
+    }
+
     pub(crate) fn name(self) -> &'static str {
         match self.0 {
             Settle::Ack => "ack",
@@ -352,6 +366,7 @@ impl Outcome {
             Settle::RetryAfter(_) => "retry_after",
             Settle::DeadLetter => "dead_letter",
             Settle::Undecodable => "undecodable",
+            Settle::Fail => "fail",
         }
     }
 }

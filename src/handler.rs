@@ -34,7 +34,7 @@ pub use states::{Handles, HandlesBatches, HandlesRows};
 /// | `()` | ack |
 /// | `Ok(())` | ack |
 /// | `Ok(outcome)` | `outcome` |
-/// | `Err(e)` | retry, with `e` logged as a warning |
+/// | `Err(e)` | [`Outcome::fail`]: retried after the queue's [backoff](crate::Queue::backoff), `e` logged as a warning |
 pub trait IntoOutcome {
     /// Converts into the outcome that settles the delivery.
     fn into_outcome(self) -> Outcome;
@@ -63,8 +63,8 @@ impl<E: fmt::Display> IntoOutcome for Result<Outcome, E> {
         match self {
             Ok(outcome) => outcome,
             Err(error) => {
-                tracing::warn!(%error, "handler failed; the delivery is retried");
-                Outcome::retry()
+                tracing::warn!(%error, "handler failed; the delivery is retried after the queue's backoff");
+                Outcome::fail()
             }
         }
     }
@@ -280,7 +280,7 @@ mod tests {
     #[test]
     fn results_convert() {
         assert_eq!(Ok::<(), String>(()).into_outcome(), Outcome::ack());
-        assert_eq!(Err::<(), _>("boom").into_outcome(), Outcome::retry());
+        assert_eq!(Err::<(), _>("boom").into_outcome(), Outcome::fail());
         assert_eq!(
             Ok::<_, String>(Outcome::drop()).into_outcome(),
             Outcome::drop()

@@ -68,7 +68,7 @@ impl Custom {
         let event = match settle {
             Settle::Ack => Event::Ack,
             Settle::Drop | Settle::Undecodable => Event::Drop,
-            Settle::Retry => Event::Retry,
+            Settle::Retry | Settle::Fail => Event::Retry,
             Settle::RetryAfter(_) => Event::RetryAfter,
             Settle::DeadLetter => Event::DeadLetter,
         };

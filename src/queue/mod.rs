@@ -10,6 +10,7 @@ pub mod state;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use crate::config::{ByKey, DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, RateLimit, SqliteMode};
 use crate::delivery::Plain;
 use crate::table::{DeadLetter, Table};
@@ -59,6 +60,7 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     listen_notify: bool,
     rate: Option<RateLimit>,
     by_key: Option<ByKey>,
+    backoff: Backoff,
     form: F,
     attempt: A,
     cap: C,
@@ -81,6 +83,7 @@ impl Queue {
             listen_notify: false,
             rate: None,
             by_key: None,
+            backoff: Backoff::default(),
             form: NoForm,
             attempt: NoAttempt,
             cap: NoCap,
@@ -112,6 +115,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
             listen_notify: self.listen_notify,
             rate: self.rate,
             by_key: self.by_key,
+            backoff: self.backoff,
             form: form(self.form),
             attempt: attempt(self.attempt),
             cap: cap(self.cap),
@@ -328,6 +332,40 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// refuse it at start.
     pub fn listen_notify(mut self) -> Self {
         self.listen_notify = true;
+        self
+    }
+
+    /// How long a failed delivery's row waits before it is claimable again: a delivery whose
+    /// handler returned an `Err` or [`Outcome::fail`](crate::Outcome::fail), or panicked
+    /// (default [`Backoff::default`]: 2 s after the first delivery, doubling up to an hour, with
+    /// jitter). [`Backoff::none`] returns it at once. The delay is written into the table's
+    /// [`retry_after`](Table::retry_after) column, so it survives a restart; on a table without
+    /// one a failed row returns at once, and [`Runner::start`](crate::Runner::start) warns of
+    /// it. At `max_attempts` a failed row goes to its dead letter instead.
+    /// [`Outcome::retry`](crate::Outcome::retry) is still "at once" and
+    /// [`Outcome::retry_after`](crate::Outcome::retry_after) exact: they are the handler's own
+    /// choices.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use sqlx::Sqlite;
+    /// use sqlx_queue::{Backoff, Delivery, Queue, Table};
+    ///
+    /// async fn call_partner(d: Delivery<Sqlite>) -> Result<(), String> {
+    ///     if d.payload().is_empty() { Err("the partner is down".into()) } else { Ok(()) }
+    /// }
+    ///
+    /// // Failures come back after 10 s, 20 s, 40 s … up to 10 minutes.
+    /// let queue = Queue::table(Table::new("jobs").retry_after("retry_after"))
+    ///     .lease("locked_until")
+    ///     .backoff(Backoff::new(Duration::from_secs(10), Duration::from_secs(600)))
+    ///     .handler(call_partner);
+    /// # let _ = queue;
+    /// ```
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
         self
     }
 

@@ -40,6 +40,7 @@ where
         config.listen_notify = self.listen_notify;
         config.rate = self.rate;
         config.by_key = self.by_key;
+        config.backoff = self.backoff;
         (config, self.handler)
     }
 }

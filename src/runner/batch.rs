@@ -285,8 +285,8 @@ where
     let mut outcomes = policy::unless_panicked(
         q,
         result,
-        "batch handler panicked; its rows are retried",
-        || vec![Outcome::retry(); handed],
+        "batch handler panicked; its rows are retried after the queue's backoff",
+        || vec![Outcome::fail(); handed],
     );
     if outcomes.len() != handed {
         tracing::error!(

@@ -196,6 +196,14 @@ impl<DB: Backend> Runner<DB> {
         for config in &configs {
             server::check_engine(server.engine, config)?;
             requests::check(&self.pool, config).await?;
+            if !config.backoff.is_none() && config.table.retry_after.is_none() {
+                tracing::warn!(
+                    queue = config.label(),
+                    "table `{}` has no retry_after column: failed deliveries return at once, \
+                     without the queue's backoff (declare `Table::retry_after(..)`)",
+                    config.table.name
+                );
+            }
         }
         let ticks = self.check_schedules().await?;
         let mut ready = Vec::with_capacity(configs.len());

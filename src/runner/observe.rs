@@ -125,7 +125,7 @@ impl Observe {
         let counter = match outcome.0 {
             Settle::Ack => &stats.acked,
             Settle::Drop | Settle::Undecodable => &stats.dropped,
-            Settle::Retry | Settle::RetryAfter(_) => &stats.retried,
+            Settle::Retry | Settle::RetryAfter(_) | Settle::Fail => &stats.retried,
             Settle::DeadLetter => &stats.dead_lettered,
         };
         Counters::add(counter, 1);
@@ -142,6 +142,13 @@ impl Observe {
     pub(super) fn failed(&self, n: u64) {
         Counters::add(&self.stats.failed, n);
         self.instruments.settlement_failed(n);
+    }
+
+    /// A delivery failed (its handler returned an error or `Outcome::fail`, or panicked): it
+    /// returns after the queue's backoff.
+    pub(super) fn failed_delivery(&self) {
+        Counters::add(&self.stats.failures, 1);
+        self.instruments.failed_delivery();
     }
 
     /// A handler (or a batch handler) panicked.
@@ -214,6 +221,7 @@ mod instruments {
         pub(super) fn lease_lost(&self) {}
         pub(super) fn settlement_failed(&self, _: u64) {}
         pub(super) fn panicked(&self) {}
+        pub(super) fn failed_delivery(&self) {}
         pub(super) fn claim_failed(&self) {}
         pub(super) fn worker_free(&self) {}
         pub(super) fn finished(&self, _: u64) {}

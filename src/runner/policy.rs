@@ -1,7 +1,8 @@
 //! The one settlement policy, for single deliveries and batches alike: which outcome settles a
-//! delivery (a panic is a retry, an undecodable row follows the decode policy, a retry at the cap
-//! moves the row to its dead letter), and what a settlement's result counts (a failure of the
-//! row's own holds the row back).
+//! delivery (an error or a panic is a failure, retried after the queue's backoff; an
+//! undecodable row follows the decode policy; a retry or failure at the cap moves the row to its
+//! dead letter), and what a settlement's result counts (a failure of the row's own holds the row
+//! back).
 
 use std::any::Any;
 use std::time::Duration;
@@ -68,12 +69,15 @@ pub(super) fn outcome<DB: Backend, F: Form<DB>>(
     let outcome = unless_panicked(
         q,
         handled,
-        "handler panicked; the delivery is retried",
-        Outcome::retry,
+        "handler panicked; the delivery is retried after the queue's backoff",
+        Outcome::fail,
     );
+    if outcome.0 == Settle::Fail {
+        q.observe.failed_delivery();
+    }
     match (outcome.0, q.max_attempts) {
         (Settle::Undecodable, _) => undecodable(q),
-        (Settle::Retry | Settle::RetryAfter(_), Some(max)) if attempt >= max => {
+        (Settle::Retry | Settle::RetryAfter(_) | Settle::Fail, Some(max)) if attempt >= max => {
             tracing::warn!(
                 queue = %q.label,
                 id,
@@ -83,6 +87,10 @@ pub(super) fn outcome<DB: Backend, F: Form<DB>>(
             );
             Outcome::dead_letter()
         }
+        (Settle::Fail, _) => match q.backoff {
+            Some(backoff) => Outcome::retry_after(backoff.delay(attempt)),
+            None => Outcome::retry(),
+        },
         _ => outcome,
     }
 }

@@ -14,6 +14,7 @@ use super::quarantine::Quarantine;
 use super::requests::Requests;
 use super::stats::Counters;
 use crate::backend::{Backend, Clock};
+use crate::backoff::Backoff;
 use crate::config::QueueConfig;
 use crate::delivery::{Outcome, Settle};
 use crate::form::{Conns, Form};
@@ -62,6 +63,9 @@ pub(super) struct Live<DB: Backend, F: Form<DB>> {
     /// The most rows a lease queue of single deliveries claims ahead of each worker.
     pub(super) ahead_per_worker: usize,
     pub(super) max_attempts: Option<u32>,
+    /// How long a failed delivery's row waits before it returns (`Queue::backoff`): `None`
+    /// where it returns at once — `Backoff::none`, or a table without a `retry_after` column.
+    pub(super) backoff: Option<Backoff>,
     /// A transactional SQLite queue: its handlers' transactions hold the write lock, so a lease
     /// extension in flight when a handler ends is not awaited (it waits for that very lock; once
     /// the settlement committed, its token guard makes it change nothing).
@@ -127,6 +131,8 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
             workers: config.workers,
             ahead_per_worker: config.ahead_per_worker(),
             max_attempts: config.max_attempts(),
+            backoff: Some(config.backoff)
+                .filter(|backoff| !backoff.is_none() && config.table.retry_after.is_some()),
             abandon_extension: config.transactional && DB::DIALECT == Dialect::Sqlite,
             wake: crate::enqueue::wakes(&config.table.name, config.name.as_deref()),
             settled: Arc::new(Notify::new()),
@@ -164,7 +170,7 @@ impl<DB: Backend, F: Form<DB>> Live<DB, F> {
     /// is due for a `retry_after` shorter than the poll.
     pub(super) fn after_settlement(&self, outcome: Outcome) {
         match outcome.0 {
-            Settle::Retry => self.settled.notify_one(),
+            Settle::Retry | Settle::Fail => self.settled.notify_one(),
             Settle::RetryAfter(delay) if delay.is_zero() => self.settled.notify_one(),
             Settle::RetryAfter(delay) if delay < self.shared.poll_interval => {
                 let settled = Arc::clone(&self.settled);

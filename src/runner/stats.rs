@@ -58,7 +58,12 @@ pub struct Stats {
     pub lease_lost: u64,
     /// Settlements that failed for another reason (the row is delivered again later).
     pub failed: u64,
-    /// Handlers that panicked (their deliveries are retried).
+    /// Deliveries that failed: their handler returned an `Err` or
+    /// [`Outcome::fail`](crate::Outcome::fail), or panicked. Each row returns after the queue's
+    /// [backoff](crate::Queue::backoff) (counted in `retried` too), or at its cap moves to its
+    /// dead letter (counted in `dead_lettered`).
+    pub failures: u64,
+    /// Handlers that panicked (their deliveries failed: counted in `failures` too).
     pub panicked: u64,
     /// Rows released unsettled (shutdown, cancellation).
     pub released: u64,
@@ -87,6 +92,7 @@ pub(crate) struct Counters {
     pub(super) dead_lettered: AtomicU64,
     pub(super) lease_lost: AtomicU64,
     pub(super) failed: AtomicU64,
+    pub(super) failures: AtomicU64,
     pub(super) panicked: AtomicU64,
     pub(super) released: AtomicU64,
     pub(super) ticks_fired: AtomicU64,
@@ -110,6 +116,7 @@ impl Counters {
             dead_lettered: get(&self.dead_lettered),
             lease_lost: get(&self.lease_lost),
             failed: get(&self.failed),
+            failures: get(&self.failures),
             panicked: get(&self.panicked),
             released: get(&self.released),
             ticks_fired: get(&self.ticks_fired),

@@ -446,7 +446,7 @@ impl AdvisoryForm {
                 Some(&self.sql.finish)
             }
             Settle::Ack | Settle::Drop | Settle::Undecodable => Some(&self.sql.finish),
-            Settle::Retry => None,
+            Settle::Retry | Settle::Fail => None,
             Settle::RetryAfter(delay) => {
                 if self.sql.retry_after.is_none() {
                     no_retry_after(&self.checked.table, delay);

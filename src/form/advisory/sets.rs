@@ -34,7 +34,7 @@ impl AdvisoryForm {
                     no_dead_letter(&checked.table, id);
                     finish.push((i, id));
                 }
-                Settle::Retry => unlock_only.push((i, id)),
+                Settle::Retry | Settle::Fail => unlock_only.push((i, id)),
                 Settle::DeadLetter | Settle::RetryAfter(_) => {}
             }
         }

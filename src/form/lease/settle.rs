@@ -63,7 +63,7 @@ impl LeaseForm {
                 &self.sql.finish
             }
             Settle::Ack | Settle::Drop | Settle::Undecodable => &self.sql.finish,
-            Settle::Retry => &self.sql.release,
+            Settle::Retry | Settle::Fail => &self.sql.release,
             Settle::RetryAfter(delay) => match &self.sql.retry_after {
                 Some(stmt) => stmt,
                 None => {

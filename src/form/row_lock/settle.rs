@@ -43,8 +43,8 @@ impl RowLockForm {
                     finish.push(id);
                 }
                 // Without an attempt column a retry leaves the row as it was.
-                Settle::Retry if self.sql.retry_many.is_none() => {}
-                Settle::Retry => retry.push(id),
+                Settle::Retry | Settle::Fail if self.sql.retry_many.is_none() => {}
+                Settle::Retry | Settle::Fail => retry.push(id),
                 Settle::DeadLetter | Settle::RetryAfter(_) => each.push((id, outcome)),
             }
         }
@@ -99,7 +99,7 @@ impl RowLockForm {
                 }
             },
             Settle::Ack | Settle::Drop | Settle::Undecodable => Some(&self.sql.finish),
-            Settle::Retry => self.sql.retry.as_ref(),
+            Settle::Retry | Settle::Fail => self.sql.retry.as_ref(),
             Settle::RetryAfter(delay) => match &self.sql.retry_after {
                 Some(stmt) => Some(stmt),
                 None => {

@@ -18,6 +18,7 @@ const SETTLED: &str = "sqlx_queue_deliveries_total";
 const LEASE_LOST: &str = "sqlx_queue_lease_lost_total";
 const SETTLEMENT_ERRORS: &str = "sqlx_queue_settlement_errors_total";
 const PANICS: &str = "sqlx_queue_panics_total";
+const FAILURES: &str = "sqlx_queue_failures_total";
 const CLAIM_ERRORS: &str = "sqlx_queue_claim_errors_total";
 const HANDLER: &str = "sqlx_queue_handler_duration_seconds";
 const SETTLEMENT: &str = "sqlx_queue_settlement_duration_seconds";
@@ -36,6 +37,7 @@ pub(super) struct Instruments {
     lease_lost: Counter,
     settlement_errors: Counter,
     panics: Counter,
+    failures: Counter,
     claim_errors: Counter,
     handler: Histogram,
     settlement: Histogram,
@@ -67,6 +69,7 @@ impl Instruments {
             lease_lost: metrics::counter!(LEASE_LOST, "queue" => queue.clone()),
             settlement_errors: metrics::counter!(SETTLEMENT_ERRORS, "queue" => queue.clone()),
             panics: metrics::counter!(PANICS, "queue" => queue.clone()),
+            failures: metrics::counter!(FAILURES, "queue" => queue.clone()),
             claim_errors: metrics::counter!(CLAIM_ERRORS, "queue" => queue.clone()),
             handler: metrics::histogram!(HANDLER, "queue" => queue.clone()),
             settlement: metrics::histogram!(SETTLEMENT, "queue" => queue.clone()),
@@ -101,7 +104,7 @@ impl Instruments {
         let i = match outcome.0 {
             Settle::Ack => 0,
             Settle::Drop | Settle::Undecodable => 1,
-            Settle::Retry | Settle::RetryAfter(_) => 2,
+            Settle::Retry | Settle::RetryAfter(_) | Settle::Fail => 2,
             Settle::DeadLetter => 3,
         };
         self.settled[i].increment(1);
@@ -117,6 +120,10 @@ impl Instruments {
 
     pub(super) fn panicked(&self) {
         self.panics.increment(1);
+    }
+
+    pub(super) fn failed_delivery(&self) {
+        self.failures.increment(1);
     }
 
     pub(super) fn claim_failed(&self) {
@@ -158,7 +165,12 @@ fn describe() {
     describe_counter!(
         PANICS,
         Unit::Count,
-        "Handlers that panicked (their deliveries are retried)."
+        "Handlers that panicked (their deliveries failed)."
+    );
+    describe_counter!(
+        FAILURES,
+        Unit::Count,
+        "Deliveries that failed (an error, Outcome::fail or a panic): retried after the queue's backoff, or dead-lettered at the cap."
     );
     describe_counter!(CLAIM_ERRORS, Unit::Count, "Claims that failed.");
     describe_histogram!(
