@@ -261,7 +261,9 @@ macro_rules! db_common {
             table: &Table,
             job: Job<'_>,
         ) -> sqlx_queue::Result<i64> {
-            table.enqueue(pool, job).await
+            sqlx_queue::Queue::table(table.clone())
+                .enqueue(pool, job)
+                .await
         }
 
         async fn enqueue_many(
@@ -269,7 +271,10 @@ macro_rules! db_common {
             table: &Table,
             jobs: &[Job<'_>],
         ) -> sqlx_queue::Result<u64> {
-            table.enqueue_many(pool, jobs).await
+            sqlx_queue::Queue::table(table.clone())
+                .enqueue_many(pool, jobs)
+                .await
+                .map(|ids| ids.len() as u64)
         }
     };
 }

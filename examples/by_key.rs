@@ -33,7 +33,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
-    let ledger = Table::new("ledger_jobs").group("account");
+    // Unnamed, the queue serves every account; 4 workers, each account's rows on one of them.
+    let ledger = Queue::table(Table::new("ledger_jobs").group("account"))
+        .lease("locked_until")
+        .workers_by_key(4);
     let mut jobs = Vec::new();
     for entry in 1..=5 {
         for account in ["alice", "bob", "carol"] {
@@ -66,11 +69,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         }
     };
-    // Unnamed, the queue serves every account; 4 workers, each account's rows on one of them.
-    let queue = Queue::table(ledger)
-        .lease("locked_until")
-        .workers_by_key(4)
-        .handler(handler);
+    let queue = ledger.handler(handler);
     let running = Runner::new(pool.clone()).mount(queue).start().await?;
 
     // Wait (at most 10 s) until every row is settled.

@@ -49,8 +49,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
-    // The table names its lease column, so a cancellation tells a job in work from a queued one.
-    let jobs = Table::new("report_jobs").lease("locked_until");
+    // The queue's lease column tells a cancellation a job in work from a queued one. Renewed
+    // every half lease: a cancellation reaches the handler within 1 s.
+    let jobs = Queue::table(Table::new("report_jobs"))
+        .lease("locked_until")
+        .lease_duration(Duration::from_secs(2));
     let queued = jobs.enqueue(&pool, Job::new("the weekly report")).await?;
     println!("row {queued}: cancelling before any runner ran");
     assert_eq!(
@@ -59,10 +62,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let (started, mut running_ids) = mpsc::unbounded_channel();
-    let reports = Queue::table(jobs.clone())
-        .lease("locked_until")
-        // Renewed every half lease: a cancellation reaches the handler within 1 s.
-        .lease_duration(Duration::from_secs(2))
+    let reports = jobs
+        .clone()
         .handler(move |d: Delivery<Sqlite>| build(d, started.clone()));
     let running = Runner::new(pool.clone()).mount(reports).start().await?;
 

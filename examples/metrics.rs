@@ -60,25 +60,21 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .group("queue")
         .retry_after("retry_after")
         .created_at("created_at");
-    let payloads: Vec<String> = (0..10).map(|i| format!("job {i}")).collect();
-    let batch: Vec<Job<'_>> = payloads
-        .iter()
-        .map(|p| Job::new(p).group("emails"))
-        .collect();
-    jobs.enqueue_many(&pool, &batch).await?;
-
-    let emails = Queue::table(jobs.clone())
+    let emails = Queue::table(jobs)
         .named("emails")
         .lease("locked_until")
         .attempt("attempt")
         .max_attempts(3)
         .dead_letter(DeadLetter::group("emails_dead"))
-        .workers(2)
-        .handler(work);
+        .workers(2);
+    let payloads: Vec<String> = (0..10).map(|i| format!("job {i}")).collect();
+    let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
+    emails.enqueue_many(&pool, &batch).await?;
+
     let running = Runner::new(pool.clone())
         .poll_interval(Duration::from_millis(50))
         .queue_gauges(Duration::from_millis(50))
-        .mount(emails)
+        .mount(emails.handler(work))
         .start()
         .await?;
     // Ten jobs, two retried once and one twice before its dead letter: 14 deliveries.

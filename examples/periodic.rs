@@ -33,9 +33,7 @@ const SCHEMA: &str = "
 const PERIOD: Duration = Duration::from_millis(200);
 
 fn jobs() -> Table {
-    Table::new("jobs")
-        .unique_key("dedupe")
-        .lease("locked_until")
+    Table::new("jobs").unique_key("dedupe")
 }
 
 /// The report of one tick: its payload is the tick's time.

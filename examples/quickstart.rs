@@ -50,18 +50,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
-    let jobs = Table::new("email_jobs").retry_after("retry_after");
+    // The queue, declared once: enqueue through it, and mount it with its handler.
+    let emails = Queue::table(Table::new("email_jobs").retry_after("retry_after"))
+        .lease("locked_until")
+        .attempt("attempt")
+        .workers(2);
     for to in ["alice@example.com", "bob@example.com", "carol@example.com"] {
-        jobs.enqueue(&pool, Job::new(to)).await?;
+        emails.enqueue(&pool, Job::new(to)).await?;
     }
     println!("enqueued 3 emails");
 
-    let emails = Queue::table(jobs)
-        .lease("locked_until")
-        .attempt("attempt")
-        .workers(2)
-        .handler(send);
-    let running = Runner::new(pool.clone()).mount(emails).start().await?;
+    let running = Runner::new(pool.clone())
+        .mount(emails.clone().handler(send))
+        .start()
+        .await?;
 
     // Wait (at most 10 s) until every row is settled.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

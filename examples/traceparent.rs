@@ -16,6 +16,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx_queue::state::Lease;
 use sqlx_queue::{Delivery, Headers, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
@@ -55,7 +56,11 @@ fn current_trace() -> TraceId {
 }
 
 /// The "request": a span of its own, whose trace context the job carries in its headers.
-async fn signup(pool: &sqlx::SqlitePool, jobs: &Table, email: &str) -> sqlx_queue::Result<TraceId> {
+async fn signup(
+    pool: &sqlx::SqlitePool,
+    jobs: &Queue<Lease>,
+    email: &str,
+) -> sqlx_queue::Result<TraceId> {
     let mut carrier = HashMap::new();
     TraceContextPropagator::new().inject_context(&tracing::Span::current().context(), &mut carrier);
     let mut job = Job::new(email);
@@ -84,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .journal_mode(SqliteJournalMode::Wal);
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
-    let jobs = Table::new("signup_jobs").headers("headers");
+    let jobs = Queue::table(Table::new("signup_jobs").headers("headers")).lease("locked_until");
 
     let request = tracing::info_span!("POST /signup");
     let enqueued = signup(&pool, &jobs, "alice@example.com")
@@ -93,27 +98,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // The handler continues the job's trace: its span's parent is the enqueuing span.
     let (tx, mut handled) = mpsc::unbounded_channel();
-    let queue = Queue::table(jobs)
-        .lease("locked_until")
-        .handler(move |d: Delivery<Sqlite>| {
-            let span = tracing::info_span!("welcome email", id = d.id());
-            let parent = TraceContextPropagator::new().extract(&FromHeaders(d.headers()));
-            if let Err(error) = span.set_parent(parent) {
-                eprintln!("the handler's span could not take the job's trace: {error}");
-            }
-            let tx = tx.clone();
-            async move {
-                let trace = current_trace();
-                println!(
-                    "handler: row {} (traceparent {:?}) runs in trace {trace}",
-                    d.id(),
-                    d.header("traceparent").unwrap_or_default()
-                );
-                let _ = tx.send(trace);
-                Outcome::ack()
-            }
-            .instrument(span)
-        });
+    let queue = jobs.handler(move |d: Delivery<Sqlite>| {
+        let span = tracing::info_span!("welcome email", id = d.id());
+        let parent = TraceContextPropagator::new().extract(&FromHeaders(d.headers()));
+        if let Err(error) = span.set_parent(parent) {
+            eprintln!("the handler's span could not take the job's trace: {error}");
+        }
+        let tx = tx.clone();
+        async move {
+            let trace = current_trace();
+            println!(
+                "handler: row {} (traceparent {:?}) runs in trace {trace}",
+                d.id(),
+                d.header("traceparent").unwrap_or_default()
+            );
+            let _ = tx.send(trace);
+            Outcome::ack()
+        }
+        .instrument(span)
+    });
     let running = Runner::new(pool.clone()).mount(queue).start().await?;
     let ran = tokio::time::timeout(Duration::from_secs(10), handled.recv())
         .await

@@ -42,7 +42,8 @@ async fn open(d: &mut Delivery<Sqlite, Transactional>) -> Result<(), sqlx_queue:
         .bind(&email)
         .execute(&mut *d.tx())
         .await?;
-    Table::new("welcome_jobs")
+    // A queue that only enqueues here (another service runs it): declared without a handler.
+    Queue::table(Table::new("welcome_jobs"))
         .enqueue(&mut *d.tx(), Job::new(&email))
         .await?;
     Ok(())
@@ -113,21 +114,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
-    Table::new("signup_jobs")
+    let signups = Queue::table(Table::new("signup_jobs"))
+        .lease("locked_until")
+        .attempt("attempt");
+    signups
         .enqueue(&pool, Job::new("alice@example.com"))
         .await?;
     print_tables(&pool, "the signup was queued").await?;
 
     let (tx, mut steps) = mpsc::unbounded_channel();
     let go = Arc::new(Semaphore::new(0));
-    let signups = Queue::table(Table::new("signup_jobs"))
-        .lease("locked_until")
-        .attempt("attempt")
-        .transactional()
-        .handler({
-            let go = Arc::clone(&go);
-            move |d| open_account(d, tx.clone(), Arc::clone(&go))
-        });
+    let signups = signups.transactional().handler({
+        let go = Arc::clone(&go);
+        move |d| open_account(d, tx.clone(), Arc::clone(&go))
+    });
     let running = Runner::new(pool.clone()).mount(signups).start().await?;
     let mut step = async || -> Result<u32, Box<dyn std::error::Error>> {
         let next = tokio::time::timeout(Duration::from_secs(10), steps.recv()).await?;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Sqlite, SqlitePool};
+use sqlx_queue::state::Lease;
 use sqlx_queue::{Delivery, Enqueued, Job, Outcome, Queue, Runner, Table, Transactional};
 use tokio::sync::mpsc;
 
@@ -29,12 +30,13 @@ const SCHEMA: &str = "
     );
 ";
 
-fn jobs() -> Table {
-    Table::new("jobs")
+/// The queue of unique jobs (its lease column tells a replace or debounce a job in work).
+fn jobs() -> Queue<Lease> {
+    let table = Table::new("jobs")
         .unique_key("dedupe")
-        .lease("locked_until")
         .retry_after("retry_after")
-        .created_at("created_at")
+        .created_at("created_at");
+    Queue::table(table).lease("locked_until")
 }
 
 /// Queues the welcome email of the signup in the delivery's transaction: it commits with the
@@ -86,25 +88,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Two signups of one address, each queueing the welcome email in its own transaction.
-    Table::new("signups")
+    let signups = Queue::table(Table::new("signups")).lease("locked_until");
+    signups
         .enqueue_many(
             &pool,
             &[Job::new("ann@example.com"), Job::new("ann@example.com")],
         )
         .await?;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel();
-    let queue = Queue::table(Table::new("signups"))
-        .lease("locked_until")
-        .transactional()
-        .workers(1)
-        .handler(move |d: Delivery<Sqlite, Transactional>| {
-            let done_tx = done_tx.clone();
-            async move {
-                let outcome = signup(d).await;
-                let _ = done_tx.send(());
-                outcome
-            }
-        });
+    let queue =
+        signups
+            .transactional()
+            .workers(1)
+            .handler(move |d: Delivery<Sqlite, Transactional>| {
+                let done_tx = done_tx.clone();
+                async move {
+                    let outcome = signup(d).await;
+                    let _ = done_tx.send(());
+                    outcome
+                }
+            });
     let running = Runner::new(pool.clone()).mount(queue).start().await?;
     for _ in 0..2 {
         done_rx.recv().await;

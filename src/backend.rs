@@ -117,6 +117,33 @@ pub(crate) async fn fetch_i64s<DB: Backend>(
     rows.iter().map(|row| DB::get_i64(row, 0)).collect()
 }
 
+/// Runs the insert of `rows` rows, returning their ids in the rows' order: read from its
+/// `RETURNING` (PostgreSQL, SQLite; ascending is the rows' order, the ids having been given in
+/// it), or, on MySQL/MariaDB, the first id the driver reports and the others after it by the
+/// session's `@@auto_increment_increment` (a multi-row insert's ids are consecutive in that step).
+pub(crate) async fn inserted_ids<DB: Backend>(
+    conn: &mut DB::Connection,
+    insert: Q<DB>,
+    rows: usize,
+) -> Result<Vec<i64>, InsertFailed> {
+    if DB::DIALECT != Dialect::MySql {
+        let mut ids = fetch_i64s::<DB>(conn, insert).await?;
+        ids.sort_unstable();
+        return Ok(ids);
+    }
+    let first = DB::insert_id_on(conn, insert).await?;
+    let step = match rows {
+        0 | 1 => 1,
+        _ => {
+            let step = query::<DB>(SqlStr::from_static("SELECT @@auto_increment_increment"), []);
+            fetch_i64::<DB>(conn, step).await?.unwrap_or(1)
+        }
+    };
+    Ok((0..rows)
+        .map(|row| first + step * i64::try_from(row).unwrap_or(i64::MAX))
+        .collect())
+}
+
 /// Runs a query returning at most one row, reading its first column as an integer.
 pub(crate) async fn fetch_i64<DB: Backend>(
     conn: &mut DB::Connection,

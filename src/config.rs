@@ -267,7 +267,6 @@ impl QueueConfig {
             }
         }
         self.check_unique_key(queue)?;
-        self.check_cancellation(queue)?;
         self.check_by_key(queue)?;
         if self.rate.is_some() && self.table.limits.is_none() {
             return Err(Error::declaration(
@@ -322,76 +321,14 @@ impl QueueConfig {
 }
 
 impl QueueConfig {
-    /// A cancellation ([`Table::cancel`](crate::Table::cancel)) knows the table, not the queue:
-    /// it tells a job in work by what the table declares — a live lease in its lease column, or
-    /// else a row lock or advisory key where it declares its cancel requests' table. A queue
-    /// whose form holds its rows another way would have its jobs in work cancelled as queued
-    /// ones (removed from under their handlers, answered `Cancelled`), so it is refused: a lease
-    /// column the table declares is the lease form's, and a lease queue's table with a cancel
-    /// requests' table declares the lease column the queue writes.
-    fn check_cancellation(&self, queue: &str) -> Result<()> {
-        let table = &self.table;
-        match (&self.form, &table.lease) {
-            (FormKind::Lease { column, .. }, Some(declared)) if declared != column => {
-                Err(Error::declaration(
-                    queue,
-                    format!(
-                        "table `{}` declares the lease column `{declared}` but the queue leases with \
-                         `{column}`: a cancellation would take its jobs in work for queued ones; \
-                         name one column in both places",
-                        table.name
-                    ),
-                ))
-            }
-            (FormKind::Lease { column, .. }, None) if table.cancel_requests.is_some() => {
-                Err(Error::declaration(
-                    queue,
-                    format!(
-                        "table `{}` declares cancel requests (the row lock and advisory forms') but \
-                         not the lease column this lease queue writes: a cancellation would take \
-                         its jobs in work for queued ones; declare it with \
-                         `Table::lease({column:?})`",
-                        table.name
-                    ),
-                ))
-            }
-            (FormKind::RowLock | FormKind::Advisory, Some(declared)) => Err(Error::declaration(
-                queue,
-                format!(
-                    "table `{}` declares the lease column `{declared}`, which only a lease queue \
-                     writes: a cancellation would take this queue's jobs in work (held by {}) \
-                     for queued ones; remove `Table::lease(..)`, or use the lease form",
-                    table.name,
-                    if self.form == FormKind::RowLock {
-                        "a row lock"
-                    } else {
-                        "an advisory key"
-                    }
-                ),
-            )),
-            _ => Ok(()),
-        }
-    }
-
     /// A table with a unique key must let enqueues see a job in work, so that a replace or
-    /// debounce leaves it alone: a lease queue's table names its lease column; the advisory
-    /// form, whose keys no statement of another session sees, is refused.
+    /// debounce leaves it alone: the advisory form, whose keys no statement of another session
+    /// sees, is refused (a lease queue's lease column is its table's, from its declaration).
     fn check_unique_key(&self, queue: &str) -> Result<()> {
         if self.table.unique_key.is_none() {
             return Ok(());
         }
         match &self.form {
-            FormKind::Lease { column, .. } if self.table.lease.as_deref() != Some(column) => {
-                Err(Error::declaration(
-                    queue,
-                    format!(
-                        "table `{}` has a unique key: declare its lease column with \
-                         `Table::lease({column:?})`, so that a unique job's replace or debounce \
-                         leaves a job in work alone",
-                        self.table.name
-                    ),
-                ))
-            }
             FormKind::Advisory => Err(Error::unsupported(
                 queue,
                 "a table with a unique key cannot be served by the advisory lock form: a unique \

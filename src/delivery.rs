@@ -139,7 +139,7 @@ impl<DB: Backend, M: Mode> Delivery<DB, M> {
     }
 
     /// Completes when the delivery is cancelled: its job was cancelled
-    /// ([`Table::cancel`](crate::Table::cancel)), its lease was lost, or the runner's shutdown
+    /// ([`Queue::cancel`](crate::Queue::cancel)), its lease was lost, or the runner's shutdown
     /// timeout passed with the handler still running. Owned (it borrows nothing of the
     /// delivery), so a handler can `select!` on it while it writes through
     /// [`tx`](Delivery::tx), or move it into a task it spawns.

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::{AssertSqlSafe, Executor, SqlSafeStr as _};
+use sqlx::{AssertSqlSafe, SqlSafeStr as _};
 
 use crate::backend::{self, Backend, Clock, InsertFailed};
 use crate::dialect::{self, Args, EnqueueSql, Names};
@@ -119,7 +119,8 @@ impl<'a> Job<'a> {
     }
 
     /// The group the job is for: the [`named`](crate::Queue::named) value of the queue that
-    /// should take it. Needed on a table with a group column.
+    /// should take it. A named queue's enqueues put their jobs in its group without it; an
+    /// unnamed queue on a table with a group column needs it.
     pub fn group(mut self, group: impl Into<Cow<'a, str>>) -> Self {
         self.group = Some(group.into());
         self
@@ -142,45 +143,35 @@ impl<'a> Job<'a> {
     pub fn payload(&self) -> &[u8] {
         &self.payload
     }
+
+    /// This job in queue `name`'s group, on `table`: the group it has, or the queue's; another
+    /// group is refused (the job would go to another queue).
+    pub(crate) fn in_group(mut self, table: &str, name: &str) -> Result<Self> {
+        match self.group.as_deref() {
+            None => {
+                self.group = Some(Cow::Owned(name.to_owned()));
+                Ok(self)
+            }
+            Some(group) if group == name => Ok(self),
+            Some(group) => Err(Error::invalid_job(
+                table,
+                format!(
+                    "a job enqueued into queue `{name}` names the group `{group}`: enqueue it \
+                     into that group's queue, or leave its group out"
+                ),
+            )),
+        }
+    }
 }
 
 impl Table {
-    /// Inserts one job and returns its id. Pass the caller's transaction (`&mut *tx`) to make the
-    /// job commit with the data it serves; a pool or a connection works too. Queues of this
-    /// table and group running in this process are woken at once.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn signup(pool: sqlx::SqlitePool) -> sqlx_queue::Result<()> {
-    /// use sqlx_queue::{Job, Table};
-    ///
-    /// let jobs = Table::new("signup_jobs");
-    /// let mut tx = pool.begin().await?;
-    /// sqlx::query("INSERT INTO accounts (email) VALUES ('alice@example.com')")
-    ///     .execute(&mut *tx)
-    ///     .await?;
-    /// jobs.enqueue(&mut *tx, Job::new("alice@example.com")).await?;
-    /// tx.commit().await?; // the account and its job commit together
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Identifier`] for a name that cannot be quoted (on MySQL/MariaDB, also one with
-    /// a character beyond the Basic Multilingual Plane); [`Error::InvalidJob`] for a job the
-    /// table cannot hold (no group on a table with a group column, a group, a delay or headers
-    /// the table has no column for, a header with a NUL character); [`Error::PayloadTooLarge`] for a statement larger than
-    /// MySQL/MariaDB's `max_allowed_packet`; [`Error::Schema`] for a SQLite table qualified by a
-    /// name that is not an attached database (`public.jobs`: SQLite's is `main.jobs`);
-    /// [`Error::IdOutOfRange`] for a MySQL/MariaDB id beyond `i64` (the job was inserted);
-    /// [`Error::Database`] from the insert.
-    pub async fn enqueue<'c, DB, E>(&self, executor: E, job: Job<'_>) -> Result<i64>
-    where
-        DB: Backend,
-        E: Executor<'c, Database = DB>,
-    {
+    /// Inserts one job on `conn` and returns its id ([`Queue::enqueue`](crate::Queue::enqueue)),
+    /// waking the queues of its table and group running in this process.
+    pub(crate) async fn enqueue_on<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        job: Job<'_>,
+    ) -> Result<i64> {
         self.check(&job)?;
         let sql = rendered(DB::DIALECT, self)?;
         let headers = job.headers_text();
@@ -203,34 +194,31 @@ impl Table {
         // transaction there.
         let insert = backend::query::<DB>(sql.insert.sql(), sql.insert.values(&args))
             .persistent(!sql.insert.unprepared);
-        let id = DB::insert_id(executor, insert, sql.returning)
-            .await
-            .map_err(|failed| self.insert_failed::<DB>(failed, sql.insert.text(), bytes))?;
+        let id = match sql.returning {
+            true => backend::fetch_i64::<DB>(conn, insert)
+                .await
+                .map_err(InsertFailed::from)
+                .and_then(|id| id.ok_or(InsertFailed::Driver(sqlx::Error::RowNotFound))),
+            false => DB::insert_id_on(conn, insert).await,
+        }
+        .map_err(|failed| self.insert_failed::<DB>(failed, sql.insert.text(), bytes))?;
         wake(&self.name, job.group.as_deref());
         Ok(id)
     }
 
-    /// Inserts many jobs with one statement, returning how many were inserted. One statement
-    /// binds at most 30,000 values — a value per job for its payload, and one for each of its
-    /// group, `retry_after`, priority and headers columns the table has: [`Table::max_batch`] jobs. Call
-    /// it once per slice of a longer list, inside one transaction to commit them together.
-    ///
-    /// # Errors
-    ///
-    /// As [`enqueue`](Table::enqueue), for any of the jobs ([`Error::PayloadTooLarge`] for the
-    /// statement's bytes together); [`Error::InvalidJob`] for more jobs than one statement
-    /// takes. Nothing is inserted then.
-    pub async fn enqueue_many<'c, DB, E>(&self, executor: E, jobs: &[Job<'_>]) -> Result<u64>
-    where
-        DB: Backend,
-        E: Executor<'c, Database = DB>,
-    {
+    /// Inserts many jobs on `conn` with one statement, returning their ids in order
+    /// ([`Queue::enqueue_many`](crate::Queue::enqueue_many)).
+    pub(crate) async fn enqueue_many_on<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        jobs: &[Job<'_>],
+    ) -> Result<Vec<i64>> {
         let names = Names::of_table(DB::DIALECT, self)?;
         for job in jobs {
             self.check(job)?;
         }
         if jobs.is_empty() {
-            return Ok(0);
+            return Ok(Vec::new());
         }
         if jobs.len() > self.max_batch() {
             return Err(Error::invalid_job(
@@ -272,16 +260,9 @@ impl Table {
         self.refuse_too_large::<DB>(bytes)?;
         let sql = AssertSqlSafe(text.as_str()).into_sql_str();
         let q = backend::query::<DB>(sql, values).persistent(!names.unprepared);
-        let inserted = if notifying {
-            DB::insert_id(executor, q, true)
-                .await
-                .map(|n| u64::try_from(n).unwrap_or(0))
-        } else {
-            DB::execute_on(executor, q)
-                .await
-                .map_err(InsertFailed::from)
-        }
-        .map_err(|failed| self.insert_failed::<DB>(failed, &text, bytes))?;
+        let ids = backend::inserted_ids::<DB>(conn, q, jobs.len())
+            .await
+            .map_err(|failed| self.insert_failed::<DB>(failed, &text, bytes))?;
         let mut woken: Vec<Option<&str>> = Vec::new();
         for job in jobs {
             let group = job.group.as_deref();
@@ -290,7 +271,7 @@ impl Table {
                 woken.push(group);
             }
         }
-        Ok(inserted)
+        Ok(ids)
     }
 
     /// The PostgreSQL channel of this table's notifications, as the session of `executor`
@@ -307,7 +288,7 @@ impl Table {
     #[cfg(feature = "postgres")]
     pub async fn notify_channel<'c, E>(&self, executor: E) -> Result<String>
     where
-        E: Executor<'c, Database = sqlx::Postgres>,
+        E: sqlx::Executor<'c, Database = sqlx::Postgres>,
     {
         let quoted = Dialect::Postgres.quote_table(&self.name)?;
         let identity = dialect::identity(Dialect::Postgres, &self.name, &quoted)?;
@@ -326,9 +307,9 @@ impl Table {
         }
     }
 
-    /// The most jobs one [`enqueue_many`](Table::enqueue_many) inserts: one statement binds at
-    /// most 30,000 values.
-    pub fn max_batch(&self) -> usize {
+    /// The most jobs one [`enqueue_many`](crate::Queue::enqueue_many) inserts: one statement
+    /// binds at most 30,000 values.
+    pub(crate) fn max_batch(&self) -> usize {
         MAX_VALUES / self.values_per_job()
     }
 

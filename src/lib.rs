@@ -25,7 +25,7 @@ pub use error::{Error, Result, SchemaError};
 #[cfg(feature = "json")]
 pub use handler::JsonHandler;
 pub use handler::{BatchHandler, Handler, IntoOutcome, Mount, RowHandler};
-pub use inspect::{Counts, Inspect, MAX_PRUNE_BATCH};
+pub use inspect::Counts;
 pub use queue::{Queue, state};
 pub use runner::{
     DEFAULT_POLL_INTERVAL, DEFAULT_SCHEDULES_TABLE, DEFAULT_SHUTDOWN_TIMEOUT, Missed, Runner,

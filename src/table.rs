@@ -48,6 +48,8 @@ pub struct Table {
     pub(crate) processed_at: Option<String>,
     pub(crate) priority: Option<String>,
     pub(crate) unique_key: Option<String>,
+    /// The lease column of the lease form, set from the queue's declaration (`Queue::lease`)
+    /// where a call needs to tell a job in work: never stated on the table.
     pub(crate) lease: Option<String>,
     pub(crate) created_at: Option<String>,
     pub(crate) cancel_requests: Option<String>,
@@ -78,6 +80,13 @@ impl Table {
             notify: false,
             pooler: Pooler::None,
         }
+    }
+
+    /// The lease column, as a lease queue's mount sets it (the crate's unit tests of statements).
+    #[cfg(test)]
+    pub(crate) fn lease(mut self, column: impl Into<String>) -> Self {
+        self.lease = Some(column.into());
+        self
     }
 
     /// The id column (default `id`): an integer primary key, read as `i64`.
@@ -158,15 +167,6 @@ impl Table {
         self
     }
 
-    /// The lease column of the queues on this table (the [lease form](crate::Queue::lease)), so
-    /// that statements run outside a runner know a job in work: a unique job's replace and
-    /// debounce leave a leased row alone. A lease queue on a table with a
-    /// [unique key](Table::unique_key) must have its table say it (else it is refused at start).
-    pub fn lease(mut self, column: impl Into<String>) -> Self {
-        self.lease = Some(column.into());
-        self
-    }
-
     /// A creation time column (a timestamp with a database default, such as
     /// `DEFAULT CURRENT_TIMESTAMP`), never written by the crate: a debounced unique job is never
     /// pushed later than its `max` after this time.
@@ -176,9 +176,9 @@ impl Table {
     }
 
     /// The table of cancel requests for this table's jobs in work on the row lock and advisory
-    /// lock forms, whose rows [`cancel`](Table::cancel) cannot touch while a claim holds them:
+    /// lock forms, whose rows [`cancel`](crate::Queue::cancel) cannot touch while a claim holds them:
     /// one column, `id` (the job's id, a primary key), created by the application (the README
-    /// shows it per database). With it, [`cancel`](Table::cancel) also tells a job held by an
+    /// shows it per database). With it, [`cancel`](crate::Queue::cancel) also tells a job held by an
     /// advisory lock from a queued one, records a request for a job in work, and (PostgreSQL)
     /// notifies its runner at once; runners of queues on this table learn of requests for
     /// their deliveries in work (a batch's too), cancel them, and remove their rows, and sweep

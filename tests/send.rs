@@ -12,8 +12,7 @@ use std::time::Duration;
 use sqlx::pool::PoolConnection;
 use sqlx::{Pool, Transaction};
 use sqlx_queue::{
-    Cancellation, DeadLetter, Delivery, Inspect, Job, Outcome, Queue, Runner, Running, Table,
-    Transactional,
+    Cancellation, DeadLetter, Delivery, Job, Outcome, Queue, Runner, Running, Table, Transactional,
 };
 
 fn assert_send<T: Send>(_: T) {}
@@ -45,13 +44,13 @@ macro_rules! per_database {
                 running: Running,
                 delivery: Delivery<$ty>,
             ) {
-                let jobs = Table::new("jobs").unique_key("dedupe");
+                let table = Table::new("jobs").unique_key("dedupe");
                 $(
-                    let queue = Queue::table(jobs.clone());
+                    let queue = Queue::table(table.clone());
                     let single = per_database!(@form queue, $form).handler(plain);
-                    let queue = Queue::table(jobs.clone());
+                    let queue = Queue::table(table.clone());
                     let tx_queue = per_database!(@form queue, $form).transactional();
-                    let queue = Queue::table(jobs.clone());
+                    let queue = Queue::table(table.clone());
                     let batches = per_database!(@form queue, $form).batch(16).batch_handler(batch);
                     let runner = Runner::new(pool.clone())
                         .mount(single)
@@ -63,6 +62,11 @@ macro_rules! per_database {
                 assert_send(delivery.cancelled());
 
                 let job = || Job::new("payload");
+                let jobs = Queue::table(Table::new("jobs").unique_key("dedupe"))
+                    .lease("locked_until")
+                    .attempt("attempt")
+                    .max_attempts(3)
+                    .dead_letter(DeadLetter::table("jobs_dead"));
                 assert_send(jobs.enqueue(&pool, job()));
                 assert_send(jobs.enqueue(&mut *conn, job()));
                 assert_send(jobs.enqueue(&mut *tx, job()));
@@ -83,18 +87,19 @@ macro_rules! per_database {
                 assert_send(jobs.cancel_unique(&pool, "k"));
                 assert_send(jobs.cancel_unique(&mut *conn, "k"));
                 assert_send(jobs.cancel_unique(&mut *tx, "k"));
-
-                let dead = DeadLetter::table("jobs_dead");
-                let queue = Inspect::queue().dead_letter(&dead);
-                assert_send(jobs.counts(&pool, queue));
-                assert_send(jobs.counts(&mut *conn, queue));
-                assert_send(jobs.counts(&mut *tx, queue));
-                assert_send(jobs.requeue_dead(&pool, queue));
-                assert_send(jobs.requeue_dead(&mut *tx, queue));
+                assert_send(jobs.counts(&pool));
+                assert_send(jobs.counts(&mut *conn));
+                assert_send(jobs.counts(&mut *tx));
+                assert_send(jobs.requeue_dead(&pool));
+                assert_send(jobs.requeue_dead(&mut *tx));
                 assert_send(jobs.prune(&pool, Duration::from_secs(60), 100));
                 assert_send(jobs.prune(&mut *tx, Duration::from_secs(60), 100));
-                assert_send(jobs.prune_dead(&pool, queue, Duration::from_secs(60), 100));
-                assert_send(jobs.prune_dead(&mut *tx, queue, Duration::from_secs(60), 100));
+                assert_send(jobs.prune_dead(&pool, Duration::from_secs(60), 100));
+                assert_send(jobs.prune_dead(&mut *tx, Duration::from_secs(60), 100));
+                // A queue with a handler (not `Sync`) still enqueues and cancels.
+                let handled = jobs.clone().handler(plain);
+                assert_send(handled.enqueue(&pool, job()));
+                assert_send(handled.cancel(&pool, 1));
             }
         }
     };
@@ -135,10 +140,8 @@ async fn a_runner_starts_and_stops_in_spawned_tasks() {
     .execute(&pool)
     .await
     .unwrap();
-    let jobs = Table::new("jobs");
-    let queue = Queue::table(jobs.clone())
-        .lease("locked_until")
-        .handler(drain);
+    let jobs = Queue::table(Table::new("jobs")).lease("locked_until");
+    let queue = jobs.clone().handler(drain);
     let started = tokio::spawn({
         let pool = pool.clone();
         async move {

@@ -139,7 +139,10 @@ macro_rules! db_common {
             table: &Table,
             jobs: &[Job<'_>],
         ) -> sqlx_queue::Result<u64> {
-            table.enqueue_many(pool, jobs).await
+            sqlx_queue::Queue::table(table.clone())
+                .enqueue_many(pool, jobs)
+                .await
+                .map(|ids| ids.len() as u64)
         }
     };
 }

@@ -63,7 +63,10 @@ macro_rules! calls {
             table: &Table,
             jobs: &[Job<'_>],
         ) -> sqlx_queue::Result<u64> {
-            table.enqueue_many(pool, jobs).await
+            sqlx_queue::Queue::table(table.clone())
+                .enqueue_many(pool, jobs)
+                .await
+                .map(|ids| ids.len() as u64)
         }
 
         async fn enqueue(
@@ -71,7 +74,9 @@ macro_rules! calls {
             table: &Table,
             job: Job<'_>,
         ) -> sqlx_queue::Result<i64> {
-            table.enqueue(pool, job).await
+            sqlx_queue::Queue::table(table.clone())
+                .enqueue(pool, job)
+                .await
         }
 
         async fn enqueue_unique(
@@ -79,7 +84,10 @@ macro_rules! calls {
             table: &Table,
             job: UniqueJob<'_>,
         ) -> sqlx_queue::Result<Enqueued> {
-            table.enqueue_unique(pool, job).await
+            sqlx_queue::Queue::table(table.clone())
+                .lease("locked_until")
+                .enqueue_unique(pool, job)
+                .await
         }
 
         async fn enqueue_many_unique(
@@ -87,7 +95,10 @@ macro_rules! calls {
             table: &Table,
             jobs: &[UniqueJob<'_>],
         ) -> sqlx_queue::Result<Vec<Enqueued>> {
-            table.enqueue_many_unique(pool, jobs).await
+            sqlx_queue::Queue::table(table.clone())
+                .lease("locked_until")
+                .enqueue_many_unique(pool, jobs)
+                .await
         }
     };
 }
@@ -228,7 +239,7 @@ pub(crate) async fn fill<DB: BenchDb>(
         .map_err(|e| format!("create: {e}"))?;
     let table = Table::new(name).group("queue");
     let payload = [b'x'; 64];
-    let chunk = table.max_batch();
+    let chunk = sqlx_queue::Queue::table(table.clone()).max_batch();
     let mut left = rows;
     while left > 0 {
         let n = left.min(chunk);

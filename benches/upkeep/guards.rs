@@ -61,7 +61,7 @@ async fn fill<DB: BenchDb>(
         .map_err(|e| format!("create the limiter: {e}"))?;
     let table = Table::new(name).group("queue");
     let payload = [b'x'; 64];
-    let chunk = table.max_batch();
+    let chunk = sqlx_queue::Queue::table(table.clone()).max_batch();
     let mut next = 0;
     while next < rows {
         let n = (rows - next).min(chunk);

@@ -126,7 +126,9 @@ async fn once<DB: BenchDb>(
     // The keys are made before the clock starts; each task takes every `workers`-th.
     let keys: Arc<Vec<String>> = Arc::new((0..rows).map(|i| format!("r{round}-{i}")).collect());
     let workers = options.workers.max(1);
-    let batch = options.batch.clamp(1, table.max_batch());
+    let batch = options
+        .batch
+        .clamp(1, sqlx_queue::Queue::table((*table).clone()).max_batch());
     let began = Instant::now();
     let mut tasks = Vec::with_capacity(workers);
     for worker in 0..workers {

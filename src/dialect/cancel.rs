@@ -18,7 +18,7 @@
 use super::common::as_i64;
 use super::{Dialect, Names, Slot, SqlWriter, Stmt};
 
-/// The statements of [`Table::cancel`](crate::Table::cancel) on one table.
+/// The statements of [`Queue::cancel`](crate::Queue::cancel) on one table.
 #[derive(Debug)]
 pub(crate) struct CancelSql {
     /// MySQL/MariaDB: the locking read of row `id` unfinished, returning whether it is leased;

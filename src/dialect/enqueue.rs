@@ -48,7 +48,7 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
     w.push(")");
     if n.notify && n.dialect == Dialect::Postgres {
         return EnqueueSql {
-            insert: notifying(w, n, true),
+            insert: notifying(w, n),
             returning: true,
             notify_table: Some(n.table.clone()),
         };
@@ -65,9 +65,9 @@ pub(super) fn enqueue(n: &Names, returning: bool) -> EnqueueSql {
 }
 
 /// Wraps an `INSERT` so that it also sends the table's notification, in the same statement:
-/// `WITH ins AS (INSERT .. RETURNING ..), n AS (SELECT pg_notify(..)) SELECT .. FROM ins, n`,
-/// which returns the new id (`one`) or how many rows were inserted.
-fn notifying(mut w: SqlWriter, n: &Names, one: bool) -> Stmt {
+/// `WITH ins AS (INSERT .. RETURNING ..), n AS (SELECT pg_notify(..)) SELECT ins.id FROM ins,
+/// n`, which returns the new ids.
+fn notifying(mut w: SqlWriter, n: &Names) -> Stmt {
     let mut out = n.writer();
     out.push("WITH ins AS (");
     w.push(" RETURNING ");
@@ -78,14 +78,14 @@ fn notifying(mut w: SqlWriter, n: &Names, one: bool) -> Stmt {
     super::postgres::channel(&mut out, Slot::NotifyTable);
     out.push(", ")
         .param(Slot::NotifyPayload)
-        .push(")) SELECT ")
-        .push(if one { "ins.id" } else { "COUNT(*)" })
-        .push(" FROM ins, n");
+        .push(")) SELECT ins.id FROM ins, n");
     out.finish()
 }
 
 /// `INSERT` of `rows` jobs in one statement; binds, per row, what [`enqueue`] binds (and, on a
-/// notifying PostgreSQL table, the notification last: it then returns the count inserted).
+/// notifying PostgreSQL table, the notification last). PostgreSQL and SQLite return the new ids
+/// (in any order: they were given in the rows' order, so ascending is theirs); MySQL/MariaDB
+/// reports the first, the others following it by `@@auto_increment_increment`.
 pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
     let mut w = n.writer();
     w.push("INSERT INTO ")
@@ -118,7 +118,11 @@ pub(super) fn enqueue_many(n: &Names, rows: usize) -> String {
         w.push(")");
     }
     if n.notify && n.dialect == Dialect::Postgres {
-        return notifying(w, n, false).text().to_owned();
+        return notifying(w, n).text().to_owned();
+    }
+    if n.dialect != Dialect::MySql {
+        w.push(" RETURNING ");
+        as_i64(&mut w, &n.id);
     }
     w.finish().text().to_owned()
 }
@@ -225,7 +229,13 @@ mod tests {
         let n = Names::of_table(Dialect::Postgres, &table).unwrap();
         assert_eq!(
             super::enqueue_many(&n, 3),
-            r#"INSERT INTO "jobs" ("payload", "queue") VALUES ($1, $2), ($3, $4), ($5, $6)"#
+            r#"INSERT INTO "jobs" ("payload", "queue") VALUES ($1, $2), ($3, $4), ($5, $6) RETURNING CAST("id" AS BIGINT)"#
+        );
+        let n = Names::of_table(Dialect::MySql, &table).unwrap();
+        assert_eq!(
+            super::enqueue_many(&n, 2),
+            "INSERT INTO `jobs` (`payload`, `queue`) VALUES (?, ?), (?, ?)",
+            "MySQL returns nothing: the first id and the increment tell them"
         );
     }
 }

@@ -64,7 +64,7 @@ pub fn lease_claim(
 
 /// The statement that reads the depth of a lease queue on `table` serving group `named` (its
 /// ready rows, and the oldest one's creation time where `table` has the column), as
-/// `Runner::queue_gauges` and `Table::counts` read it on `database`.
+/// `Runner::queue_gauges` and `Queue::counts` read it on `database`.
 ///
 /// # Errors
 ///

@@ -24,7 +24,7 @@ pub(crate) struct Names {
     pub(crate) priority: Option<String>,
     /// The unique key column ([`Table::unique_key`]).
     pub(crate) unique_key: Option<String>,
-    /// The lease column the table declares ([`Table::lease`]), for statements outside a runner.
+    /// The lease column the table declares (set from the lease form's `Queue::lease` at mount), for statements outside a runner.
     pub(crate) table_lease: Option<String>,
     /// The creation time column ([`Table::created_at`]).
     pub(crate) created_at: Option<String>,

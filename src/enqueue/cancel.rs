@@ -10,8 +10,7 @@
 //! the cancellation takes the row's key there before its removal and gives it back after its
 //! commit, as PostgreSQL's statement takes it for its transaction.
 
-use futures::future::BoxFuture;
-use sqlx::{Acquire, SqlStr};
+use sqlx::SqlStr;
 
 use super::bound;
 use super::transaction::Runs;
@@ -46,8 +45,8 @@ pub enum Cancellation {
     Cancelled(i64),
     /// The job is in work, and nothing its handler writes through its transaction will commit.
     ///
-    /// On a table with a [lease column](Table::lease) its lease is taken away — the row is
-    /// deleted (or marked) already — so its settlement, fenced by its lease, changes nothing;
+    /// On a lease queue its lease is taken away — the row is deleted (or marked) already — so
+    /// its settlement, fenced by its lease, changes nothing;
     /// its handler's [`Delivery::cancelled`](crate::Delivery::cancelled) fires at the runner's
     /// next renewal (PostgreSQL, a runner listening on the table's channel: when the
     /// notification arrives, and a row claimed ahead that no worker has started by then never
@@ -85,89 +84,40 @@ impl Cancellation {
 }
 
 impl Table {
-    /// Cancels job `id`: removes it at once if it is not in work, else takes its lease away
-    /// (see [`Cancellation`]). Pass a pool, a connection, or the caller's transaction
-    /// (`&mut *tx`): the cancellation then commits, or not, with it.
-    ///
-    /// Which jobs are in work is read from the table: a live lease in its
-    /// [lease column](Table::lease) (declare it: a table without one does not know its leases;
-    /// `Runner::start` refuses a lease queue on a table that declares cancel requests without
-    /// it), or, on a table without one, a row lock claim's hold on the row (PostgreSQL,
-    /// MySQL/MariaDB) and a runner's advisory key on it (passed over: the cancellation never
-    /// waits for either). SQLite's advisory keys are held in the process, which is the one
-    /// process the form serves per database file: there the cancellation takes the row's key
-    /// while it removes the row, so that no claim takes it meanwhile. A job in work on a table
-    /// without a [cancel requests' table](Table::cancel_requests) is answered
-    /// [`Cancellation::InWork`], nothing changed. The README's "Cancellation" says when the
-    /// handler learns of it, per form and database.
-    ///
-    /// The cancellation inserts its request before it tries the row, and a settlement that
-    /// would commit anything but the row's removal reserves the request for itself first: each
-    /// waits for the other's commit, so a `Requested` answer holds (a cancellation inside your
-    /// transaction keeps that job's settlement waiting until you commit). On a pool it is a
-    /// transaction of the crate's own, run again when the database ends it for a deadlock.
-    ///
-    /// On SQLite, and on MySQL/MariaDB's advisory form, inside the caller's transaction the
-    /// row's key is the cancellation's until its own savepoint ends, not until the caller
-    /// commits: an advisory runner whose queue counts no attempts may claim the row in between,
-    /// and the handler would find the row gone at its settlement. Cancel on a pool or a
-    /// connection there, or commit at once.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Identifier`] for a name that cannot be quoted; [`Error::Database`].
-    pub fn cancel<'e, 'c: 'e, DB, A>(
-        &'e self,
-        conn: A,
+    /// Cancels job `id` on `conn` ([`Queue::cancel`](crate::Queue::cancel): the table carries
+    /// the lease column of the queue's form, where it is the lease form).
+    pub(crate) async fn cancel_on_conn<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
         id: i64,
-    ) -> BoxFuture<'e, Result<Cancellation>>
-    where
-        DB: Backend,
-        A: Acquire<'c, Database = DB> + Send + 'e,
-    {
-        Box::pin(async move {
-            let names = Names::of_table(DB::DIALECT, self)?;
-            let sql = dialect::cancel(&names);
-            let mut conn = conn.acquire().await?;
-            self.cancel_in_tx::<DB>(&mut conn, &names, &sql, Target::Id(id))
-                .await
-        })
+    ) -> Result<Cancellation> {
+        let names = Names::of_table(DB::DIALECT, self)?;
+        let sql = dialect::cancel(&names);
+        self.cancel_in_tx::<DB>(conn, &names, &sql, Target::Id(id))
+            .await
     }
 
-    /// Cancels the unfinished job that holds unique key `key` (see [`cancel`](Table::cancel));
-    /// [`Cancellation::NotFound`] when no unfinished job holds it.
-    ///
-    /// # Errors
-    ///
-    /// As [`cancel`](Table::cancel); [`Error::InvalidJob`] on a table without a
-    /// [unique key column](Table::unique_key).
-    pub fn cancel_unique<'e, 'c: 'e, DB, A>(
-        &'e self,
-        conn: A,
-        key: &'e str,
-    ) -> BoxFuture<'e, Result<Cancellation>>
-    where
-        DB: Backend,
-        A: Acquire<'c, Database = DB> + Send + 'e,
-    {
-        Box::pin(async move {
-            let names = Names::of_table(DB::DIALECT, self)?;
-            let sql = dialect::cancel(&names);
-            let Some(by_key) = &sql.by_key else {
-                return Err(Error::invalid_job(
-                    &self.name,
-                    format!(
-                        "cancel_unique needs a unique key column: declare it with \
-                         `Table::unique_key(..)` on table `{}`",
-                        self.name
-                    ),
-                ));
-            };
-            let mut conn = conn.acquire().await?;
-            let target = Target::Unique { by_key, key };
-            self.cancel_in_tx::<DB>(&mut conn, &names, &sql, target)
-                .await
-        })
+    /// Cancels the unfinished job holding unique key `key` on `conn`
+    /// ([`Queue::cancel_unique`](crate::Queue::cancel_unique)).
+    pub(crate) async fn cancel_unique_on_conn<DB: Backend>(
+        &self,
+        conn: &mut DB::Connection,
+        key: &str,
+    ) -> Result<Cancellation> {
+        let names = Names::of_table(DB::DIALECT, self)?;
+        let sql = dialect::cancel(&names);
+        let Some(by_key) = &sql.by_key else {
+            return Err(Error::invalid_job(
+                &self.name,
+                format!(
+                    "cancel_unique needs a unique key column: declare it with \
+                     `Table::unique_key(..)` on table `{}`",
+                    self.name
+                ),
+            ));
+        };
+        let target = Target::Unique { by_key, key };
+        self.cancel_in_tx::<DB>(conn, &names, &sql, target).await
     }
 }
 

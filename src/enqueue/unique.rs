@@ -14,9 +14,6 @@
 mod locks;
 mod statements;
 
-use futures::future::BoxFuture;
-use sqlx::Acquire;
-
 use super::transaction::Runs;
 use super::unique_job::{Enqueued, OnDuplicate, UniqueJob};
 use super::wake;
@@ -30,93 +27,10 @@ use locks::KeyLocks;
 const ROUNDS: usize = 8;
 
 impl Table {
-    /// Inserts a unique job unless an unfinished job of the table holds its key, and says what
-    /// happened. Pass the caller's transaction (`&mut *tx`) to make the job commit with the data
-    /// it serves (a rollback leaves the key free), or a pool: there it runs in a transaction of
-    /// the crate's own, run again when the database ends it for a deadlock or a serialization
-    /// failure (inside the caller's transaction such an error is the caller's to retry).
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn example(pool: sqlx::SqlitePool) -> sqlx_queue::Result<()> {
-    /// use sqlx_queue::{Enqueued, Job, Table};
-    ///
-    /// // CREATE TABLE jobs (.., dedupe TEXT UNIQUE)
-    /// let jobs = Table::new("jobs").unique_key("dedupe");
-    /// match jobs.enqueue_unique(&pool, Job::new("hi").unique("welcome:42")).await? {
-    ///     Enqueued::New(id) => println!("queued {id}"),
-    ///     other => println!("already queued: {}", other.id()),
-    /// }
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    ///
-    /// As [`enqueue`](Table::enqueue); [`Error::InvalidJob`] on a table without a unique key
-    /// column, or a debounce without `retry_after` and `created_at` columns;
-    /// [`Error::UniqueKeyHidden`] when the key's row stays out of the caller's transaction's
-    /// sight.
-    pub fn enqueue_unique<'e, 'c: 'e, DB, A>(
-        &'e self,
-        conn: A,
-        job: UniqueJob<'e>,
-    ) -> BoxFuture<'e, Result<Enqueued>>
-    where
-        DB: Backend,
-        A: Acquire<'c, Database = DB> + Send + 'e,
-    {
-        // Boxed, as sqlx's own executor methods are: an opaque future generic over the
-        // connection's lifetimes would keep a handler that enqueues through `&mut *d.tx()` from
-        // being `Send` (rust-lang/rust#100013).
-        Box::pin(async move {
-            let done = self.many_unique(conn, std::slice::from_ref(&job)).await?;
-            Ok(done[0])
-        })
-    }
-
-    /// Enqueues many unique jobs, each by its own policy, in order (a key given twice meets the
-    /// job the first made), returning what happened to each. Jobs whose keys are free take one
-    /// insert together (at most [`max_batch`](Table::max_batch)); the others a read of the rows
-    /// that hold their keys, and one update each for a replace or debounce.
-    ///
-    /// # Errors
-    ///
-    /// As [`enqueue_unique`](Table::enqueue_unique) and
-    /// [`enqueue_many`](Table::enqueue_many). Outside a transaction the call is one transaction
-    /// of the crate's own: an error leaves none of its jobs.
-    pub fn enqueue_many_unique<'e, 'c: 'e, DB, A>(
-        &'e self,
-        conn: A,
-        jobs: &'e [UniqueJob<'_>],
-    ) -> BoxFuture<'e, Result<Vec<Enqueued>>>
-    where
-        DB: Backend,
-        A: Acquire<'c, Database = DB> + Send + 'e,
-    {
-        Box::pin(self.many_unique(conn, jobs))
-    }
-
-    async fn many_unique<'c, DB, A>(&self, conn: A, jobs: &[UniqueJob<'_>]) -> Result<Vec<Enqueued>>
-    where
-        DB: Backend,
-        A: Acquire<'c, Database = DB>,
-    {
-        let (names, key_column) = self.unique_names::<DB>(jobs)?;
-        let mut conn = conn.acquire().await?;
-        let done = self
-            .locked::<DB>(&mut conn, &names, &key_column, jobs)
-            .await?;
-        // After the commit of the crate's own transaction (inside the caller's, the queue
-        // finds the rows once the caller commits, at the latest at its next poll).
-        self.wake_for(jobs, &done);
-        Ok(done)
-    }
-
-    /// [`enqueue_many_unique`](Table::enqueue_many_unique) on a connection (a transaction of the
-    /// crate's own: a periodic job's tick).
-    pub(super) async fn many_unique_on<DB: Backend>(
+    /// Enqueues unique jobs on `conn`, each by its own policy, in order
+    /// ([`Queue::enqueue_many_unique`](crate::Queue::enqueue_many_unique); a periodic job's tick,
+    /// in a transaction of the crate's own), waking the queues of the groups it changed.
+    pub(crate) async fn many_unique_on<DB: Backend>(
         &self,
         conn: &mut DB::Connection,
         jobs: &[UniqueJob<'_>],

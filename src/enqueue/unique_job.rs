@@ -27,8 +27,8 @@ pub enum OnDuplicate {
     },
 }
 
-/// A job with a unique key: [`Job::unique`]. Enqueue it with [`Table::enqueue_unique`] or
-/// [`Table::enqueue_many_unique`].
+/// A job with a unique key: [`Job::unique`]. Enqueue it with [`Queue::enqueue_unique`](crate::Queue::enqueue_unique) or
+/// [`Queue::enqueue_many_unique`](crate::Queue::enqueue_many_unique).
 ///
 /// # Examples
 ///
@@ -49,6 +49,14 @@ pub struct UniqueJob<'a> {
     pub(super) job: Job<'a>,
     pub(super) key: Cow<'a, str>,
     pub(super) on_duplicate: OnDuplicate,
+}
+
+impl<'a> UniqueJob<'a> {
+    /// This job in queue `name`'s group, on `table` (see `Job::in_group`).
+    pub(crate) fn in_group(mut self, table: &str, name: &str) -> crate::error::Result<Self> {
+        self.job = self.job.in_group(table, name)?;
+        Ok(self)
+    }
 }
 
 impl<'a> Job<'a> {
@@ -109,7 +117,7 @@ pub enum Enqueued {
     Debounced(i64),
     /// The existing job is in work (a replace or debounce): nothing changed. A job the table
     /// cannot tell in work from held for a moment by another enqueue's replace (a row locked
-    /// on a table without a [lease column](Table::lease)) is reported in work too.
+    /// on a queue of another form than the lease form) is reported in work too.
     InWork(i64),
 }
 

@@ -3,6 +3,7 @@
 
 mod by_key;
 mod handlers;
+mod jobs;
 mod mount;
 mod rate;
 pub mod state;
@@ -67,6 +68,33 @@ pub struct Queue<F = NoForm, A = NoAttempt, C = NoCap, M = Plain, B = Single, H 
     mode: PhantomData<fn() -> M>,
     batch: B,
     handler: H,
+}
+
+/// A queue declaration is a value: clone it to mount it (`.clone().handler(f)`) and keep
+/// enqueueing, cancelling and counting through it. A queue with a handler clones where its
+/// handler does.
+impl<F: Clone, A: Clone, C: Clone, M, B: Clone, H: Clone> Clone for Queue<F, A, C, M, B, H> {
+    fn clone(&self) -> Self {
+        Queue {
+            table: self.table.clone(),
+            name: self.name.clone(),
+            workers: self.workers,
+            custom: self.custom.clone(),
+            isolation: self.isolation,
+            sqlite_mode: self.sqlite_mode,
+            per_group: self.per_group,
+            listen_notify: self.listen_notify,
+            rate: self.rate,
+            by_key: self.by_key.clone(),
+            backoff: self.backoff,
+            form: self.form.clone(),
+            attempt: self.attempt.clone(),
+            cap: self.cap.clone(),
+            mode: PhantomData,
+            batch: self.batch.clone(),
+            handler: self.handler.clone(),
+        }
+    }
 }
 
 impl Queue {

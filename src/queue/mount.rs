@@ -4,7 +4,7 @@
 use super::Queue;
 use super::state::{AttemptState, BatchState, CapComplete, ClaimForm, FormOn};
 use crate::backend::Backend;
-use crate::config::QueueConfig;
+use crate::config::{FormKind, QueueConfig};
 use crate::delivery::Mode;
 use crate::handler::{Handling, Mount, Serves, mount_sealed as sealed};
 
@@ -26,7 +26,14 @@ where
     type Handler = H;
 
     fn into_parts(self) -> (QueueConfig, H) {
-        let mut config = QueueConfig::new(self.table, self.form.into_form());
+        let form = self.form.into_form();
+        let mut table = self.table;
+        // The lease column is stated once, on the queue: the table carries it for the calls that
+        // must tell a job in work (a unique job's replace, a cancellation).
+        if let FormKind::Lease { column, .. } = &form {
+            table.lease = Some(column.clone());
+        }
+        let mut config = QueueConfig::new(table, form);
         config.name = self.name;
         config.attempt = self.attempt.into_column();
         config.cap = self.cap.into_cap();

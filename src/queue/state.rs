@@ -84,6 +84,52 @@ impl ClaimForm for AdvisoryLock {
     }
 }
 
+/// What a queue's claim form, if it has one yet, says of its rows to the calls on the declared
+/// queue (enqueue, cancel, counts): none before a form is chosen.
+pub trait FormState: Sealed {
+    #[doc(hidden)]
+    #[allow(private_interfaces)]
+    fn kind(&self) -> Option<FormKind>;
+    #[doc(hidden)]
+    fn lease_column(&self) -> Option<&str> {
+        None
+    }
+}
+impl FormState for NoForm {
+    fn kind(&self) -> Option<FormKind> {
+        None
+    }
+}
+impl FormState for RowLock {
+    fn kind(&self) -> Option<FormKind> {
+        Some(FormKind::RowLock)
+    }
+}
+impl FormState for Lease {
+    fn kind(&self) -> Option<FormKind> {
+        Some(self.clone().into_form())
+    }
+    fn lease_column(&self) -> Option<&str> {
+        Some(&self.column)
+    }
+}
+impl FormState for AdvisoryLock {
+    fn kind(&self) -> Option<FormKind> {
+        Some(FormKind::Advisory)
+    }
+}
+
+/// A queue whose claim form tells a job in work: what a cancellation and a unique job's
+/// replace or debounce must leave alone.
+#[diagnostic::on_unimplemented(
+    message = "this call needs the queue's claim form: it tells a job in work",
+    label = "declare the form first: `.row_lock()`, `.lease(\"locked_until\")` or `.advisory_lock()`"
+)]
+pub trait KnowsItsForm: FormState {}
+impl KnowsItsForm for RowLock {}
+impl KnowsItsForm for Lease {}
+impl KnowsItsForm for AdvisoryLock {}
+
 /// A claim form the database `DB` has.
 #[diagnostic::on_unimplemented(
     message = "`{DB}` has no `{Self}` claim form",
@@ -149,15 +195,23 @@ impl HasAttemptColumn for AttemptColumn {}
 pub trait AttemptState: Sealed {
     #[doc(hidden)]
     fn into_column(self) -> Option<String>;
+    #[doc(hidden)]
+    fn column(&self) -> Option<&str>;
 }
 impl AttemptState for NoAttempt {
     fn into_column(self) -> Option<String> {
+        None
+    }
+    fn column(&self) -> Option<&str> {
         None
     }
 }
 impl AttemptState for AttemptColumn {
     fn into_column(self) -> Option<String> {
         Some(self.0)
+    }
+    fn column(&self) -> Option<&str> {
+        Some(&self.0)
     }
 }
 
@@ -204,6 +258,35 @@ impl HasMaxAttempts for MaxAttempts {
         self.0
     }
 }
+
+/// The queue's dead letter, if it has one yet, for the calls on the declared queue.
+pub trait CapState: Sealed {
+    #[doc(hidden)]
+    fn dead_letter(&self) -> Option<&DeadLetter>;
+}
+impl CapState for NoCap {
+    fn dead_letter(&self) -> Option<&DeadLetter> {
+        None
+    }
+}
+impl CapState for MaxAttempts {
+    fn dead_letter(&self) -> Option<&DeadLetter> {
+        None
+    }
+}
+impl CapState for DeadLettered {
+    fn dead_letter(&self) -> Option<&DeadLetter> {
+        Some(&self.to)
+    }
+}
+
+/// A queue with a dead letter.
+#[diagnostic::on_unimplemented(
+    message = "this call reads the queue's dead letter, which it has none of",
+    label = "declare it: `.max_attempts(n).dead_letter(DeadLetter::table(..))` (or `::group(..)`)"
+)]
+pub trait HasDeadLetter: CapState {}
+impl HasDeadLetter for DeadLettered {}
 
 /// A cap that is complete: none, or with its dead letter.
 #[diagnostic::on_unimplemented(

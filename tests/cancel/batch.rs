@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx_queue::{Cancellation, Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
-use crate::queued::{enqueue, jobs};
+use crate::queued::enqueue;
 use crate::support::{
     AdvisoryForm, Ctx, Form, LeaseForm, RowLockForm, Spec, TestDb, recv, wait_for,
 };
@@ -53,15 +53,15 @@ async fn a_batch_row_is_cancelled_alone<DB: TestDb, F: Form<DB>>() {
     let t = ctx.table(Spec::lease()).await;
     let cancels = format!("{t}_cancels");
     let leased = F::NAME == "lease";
+    let table = Table::new(&t).retry_after("retry_after");
     let table = if leased {
-        jobs(&t)
+        table
     } else {
         ctx.exec(&format!("CREATE TABLE {cancels} (id BIGINT PRIMARY KEY)"))
             .await;
-        Table::new(&t)
-            .retry_after("retry_after")
-            .cancel_requests(&cancels)
+        table.cancel_requests(&cancels)
     };
+    let declared = F::apply_leasing(Queue::table(table), LEASE);
     let postgres = DB::LABEL.starts_with("postgres");
     // PostgreSQL's requests are notified: its poll is too slow to be what tells the handler.
     let poll = if postgres && !leased {
@@ -70,7 +70,8 @@ async fn a_batch_row_is_cancelled_alone<DB: TestDb, F: Form<DB>>() {
         Duration::from_millis(200)
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queue = F::apply_leasing(Queue::table(table.clone()), LEASE)
+    let queue = declared
+        .clone()
         .batch(2)
         .batch_handler(move |batch: Vec<Delivery<DB>>| {
             let tx = tx.clone();
@@ -95,8 +96,8 @@ async fn a_batch_row_is_cancelled_alone<DB: TestDb, F: Form<DB>>() {
                 batch.iter().map(|_| Outcome::ack()).collect()
             }
         });
-    let first = enqueue(&ctx, &table, Job::new("a")).await;
-    let second = enqueue(&ctx, &table, Job::new("b")).await;
+    let first = enqueue(&ctx, &declared, Job::new("a")).await;
+    let second = enqueue(&ctx, &declared, Job::new("b")).await;
     let running = Runner::new(ctx.pool.clone())
         .poll_interval(poll)
         .mount(queue)
@@ -109,7 +110,7 @@ async fn a_batch_row_is_cancelled_alone<DB: TestDb, F: Form<DB>>() {
     ids.sort_unstable();
     assert_eq!(ids, vec![first, second], "one batch of both");
     let asked = tokio::time::Instant::now();
-    let answer = tokio::time::timeout(Duration::from_secs(3), table.cancel(&ctx.pool, first))
+    let answer = tokio::time::timeout(Duration::from_secs(3), declared.cancel(&ctx.pool, first))
         .await
         .expect("the cancellation does not wait for the batch's claim")
         .unwrap();
@@ -148,7 +149,7 @@ async fn a_batch_row_is_cancelled_alone<DB: TestDb, F: Form<DB>>() {
     }
     running.shutdown().await.unwrap();
     assert_eq!(
-        table.cancel(&ctx.pool, first).await.unwrap(),
+        declared.cancel(&ctx.pool, first).await.unwrap(),
         Cancellation::NotFound
     );
     if !leased {

@@ -32,8 +32,8 @@ pub(crate) async fn a_lease_row_cancelled_while_claimed_ahead_never_starts<DB: T
     let (tx, mut rx) = mpsc::unbounded_channel();
     let go = Arc::new(Notify::new());
     let gate = Arc::clone(&go);
-    let queue = Queue::table(table.clone())
-        .lease("locked_until")
+    let queue = table
+        .clone()
         .listen_notify()
         .workers(1)
         .handler(move |d: Delivery<DB>| {
@@ -138,11 +138,12 @@ pub(crate) async fn requests_naming_no_row_are_swept<DB: TestDb, F: Form<DB>>() 
         .retry_after("retry_after")
         .processed_at("processed_at")
         .cancel_requests(&cancels);
+    let declared = F::apply(Queue::table(table.clone()));
     let (tx, mut rx) = mpsc::unbounded_channel();
     let go = Arc::new(Notify::new());
     let queue = || {
         let (tx, gate) = (tx.clone(), Arc::clone(&go));
-        F::apply(Queue::table(table.clone())).handler(move |d: Delivery<DB>| {
+        declared.clone().handler(move |d: Delivery<DB>| {
             let (tx, gate) = (tx.clone(), Arc::clone(&gate));
             async move {
                 tx.send(Seen::Started(d.id())).unwrap();
@@ -161,14 +162,14 @@ pub(crate) async fn requests_naming_no_row_are_swept<DB: TestDb, F: Form<DB>>() 
             .start()
     };
     let holding = start(queue()).await.unwrap();
-    let held = enqueue(&ctx, &table, Job::new("held")).await;
+    let held = enqueue(&ctx, &declared, Job::new("held")).await;
     assert_eq!(
         recv(&mut rx, "the held row's handler to start", 5).await,
         Seen::Started(held)
     );
     let later = Duration::from_secs(3600);
-    let waiting = enqueue(&ctx, &table, Job::new("waiting").delay(later)).await;
-    let finished = enqueue(&ctx, &table, Job::new("finished").delay(later)).await;
+    let waiting = enqueue(&ctx, &declared, Job::new("waiting").delay(later)).await;
+    let finished = enqueue(&ctx, &declared, Job::new("finished").delay(later)).await;
     ctx.exec(&format!(
         "UPDATE {t} SET processed_at = retry_after WHERE id = {finished}"
     ))

@@ -9,7 +9,7 @@ use std::time::Duration;
 use sqlx_queue::{Cancellation, Delivery, Job, Outcome, Queue, Runner, Table, Transactional};
 use tokio::sync::{Notify, mpsc};
 
-use crate::queued::{enqueue, jobs};
+use crate::queued::{Leased, enqueue, jobs, marked};
 use crate::support::{AdvisoryForm, Ctx, Form, RowLockForm, Spec, TestDb, recv, wait_for};
 
 /// What a lease test's handler saw.
@@ -32,26 +32,26 @@ pub(crate) async fn a_leased_job_in_work_is_marked_where_the_table_keeps_finishe
 /// A plain lease queue's job cancelled in work, on a table that deletes finished rows or
 /// (`marked`) keeps them: the row is gone, or marked with its lease cleared, and the handler's
 /// retry after its cancellation leaves it so.
-async fn leased_in_work<DB: TestDb>(marked: bool) {
+async fn leased_in_work<DB: TestDb>(keeps_rows: bool) {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };
     let t = ctx
         .table(Spec {
-            processed_at: marked,
+            processed_at: keeps_rows,
             ..Spec::lease()
         })
         .await;
-    let (table, left) = match marked {
+    let (table, left) = match keeps_rows {
         false => (jobs(&t), "1 = 1"),
         true => (
-            jobs(&t).processed_at("processed_at"),
+            marked(&t),
             "processed_at IS NULL OR locked_until IS NOT NULL",
         ),
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queue = Queue::table(table.clone())
-        .lease("locked_until")
+    let queue = table
+        .clone()
         .lease_duration(LEASE)
         .handler(move |d: Delivery<DB>| {
             let tx = tx.clone();
@@ -66,10 +66,10 @@ async fn leased_in_work<DB: TestDb>(marked: bool) {
         });
     let running = start(&ctx, queue).await;
     let id = enqueue(&ctx, &table, Job::new("x")).await;
-    cancel_in_work(&ctx, &table, left, &running, &mut rx, id).await;
+    cancel_in_work(&ctx, (&table, &t), left, &running, &mut rx, id).await;
     running.shutdown().await.unwrap();
     assert_eq!(ctx.count(&t, left).await, 0, "the retry left the row so");
-    assert_eq!(ctx.count(&t, "1 = 1").await, i64::from(marked));
+    assert_eq!(ctx.count(&t, "1 = 1").await, i64::from(keeps_rows));
     ctx.drop_tables().await;
 }
 
@@ -93,7 +93,7 @@ async fn start<DB: TestDb>(
 /// is told within half a lease (and a margin), and its settlement then finds the lease lost.
 async fn cancel_in_work<DB: TestDb>(
     ctx: &Ctx<DB>,
-    table: &Table,
+    (table, t): (&Leased, &str),
     left: &str,
     running: &sqlx_queue::Running,
     rx: &mut mpsc::UnboundedReceiver<Seen>,
@@ -106,8 +106,7 @@ async fn cancel_in_work<DB: TestDb>(
         Cancellation::Requested(id)
     );
     assert_eq!(
-        ctx.count(&table_name(table), &format!("id = {id} AND ({left})"))
-            .await,
+        ctx.count(t, &format!("id = {id} AND ({left})")).await,
         0,
         "the row is gone (or marked, its lease cleared) at once"
     );
@@ -129,10 +128,6 @@ async fn cancel_in_work<DB: TestDb>(
     .await;
 }
 
-fn table_name(table: &Table) -> String {
-    table.name().to_owned()
-}
-
 pub(crate) async fn a_cancelled_transactional_delivery_commits_nothing<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
@@ -144,11 +139,8 @@ pub(crate) async fn a_cancelled_transactional_delivery_commits_nothing<DB: TestD
     let table = jobs(&t);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let w = writes.clone();
-    let queue = Queue::table(table.clone())
-        .lease("locked_until")
-        .lease_duration(LEASE)
-        .transactional()
-        .handler(move |mut d: Delivery<DB, Transactional>| {
+    let queue = table.clone().lease_duration(LEASE).transactional().handler(
+        move |mut d: Delivery<DB, Transactional>| {
             let (tx, w) = (tx.clone(), w.clone());
             async move {
                 let sql = format!("INSERT INTO {w} (job) VALUES ({})", d.id());
@@ -161,10 +153,11 @@ pub(crate) async fn a_cancelled_transactional_delivery_commits_nothing<DB: TestD
                 // An ack commits the write unless the lease is gone.
                 Outcome::ack()
             }
-        });
+        },
+    );
     let running = start(&ctx, queue).await;
     let id = enqueue(&ctx, &table, Job::new("x")).await;
-    cancel_in_work(&ctx, &table, "1 = 1", &running, &mut rx, id).await;
+    cancel_in_work(&ctx, (&table, &t), "1 = 1", &running, &mut rx, id).await;
     running.shutdown().await.unwrap();
     assert_eq!(
         ctx.count(&writes, "1 = 1").await,
@@ -183,24 +176,21 @@ pub(crate) async fn the_shutdown_timeout_fires_cancelled<DB: TestDb>() {
     let t = ctx.table(Spec::lease()).await;
     let table = jobs(&t);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queue =
-        Queue::table(table.clone())
-            .lease("locked_until")
-            .handler(move |d: Delivery<DB>| {
-                let tx = tx.clone();
-                async move {
-                    // What the handler spawned learns of the cancellation; the handler itself never
-                    // ends and is dropped.
-                    let cancelled = d.cancelled();
-                    let told = tx.clone();
-                    tokio::spawn(async move {
-                        cancelled.await;
-                        told.send(Seen::Cancelled(0)).unwrap();
-                    });
-                    tx.send(Seen::Started(d.id())).unwrap();
-                    std::future::pending::<Outcome>().await
-                }
+    let queue = table.clone().handler(move |d: Delivery<DB>| {
+        let tx = tx.clone();
+        async move {
+            // What the handler spawned learns of the cancellation; the handler itself never
+            // ends and is dropped.
+            let cancelled = d.cancelled();
+            let told = tx.clone();
+            tokio::spawn(async move {
+                cancelled.await;
+                told.send(Seen::Cancelled(0)).unwrap();
             });
+            tx.send(Seen::Started(d.id())).unwrap();
+            std::future::pending::<Outcome>().await
+        }
+    });
     let running = Runner::new(ctx.pool.clone())
         .poll_interval(Duration::from_millis(50))
         .shutdown_timeout(Duration::from_millis(200))
@@ -239,7 +229,8 @@ where
     let (tx, mut rx) = mpsc::unbounded_channel();
     let go = Arc::new(Notify::new());
     let gate = Arc::clone(&go);
-    let queue = RowLockForm::apply(Queue::table(table.clone())).handler(move |d: Delivery<DB>| {
+    let declared = RowLockForm::apply(Queue::table(table.clone()));
+    let queue = declared.clone().handler(move |d: Delivery<DB>| {
         let (tx, gate) = (tx.clone(), Arc::clone(&gate));
         async move {
             tx.send(d.id()).unwrap();
@@ -253,9 +244,9 @@ where
         .start()
         .await
         .unwrap();
-    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    let id = enqueue(&ctx, &declared, Job::new("x")).await;
     assert_eq!(recv(&mut rx, "the handler to start", 5).await, id);
-    let answer = tokio::time::timeout(Duration::from_secs(3), table.cancel(&ctx.pool, id))
+    let answer = tokio::time::timeout(Duration::from_secs(3), declared.cancel(&ctx.pool, id))
         .await
         .expect("the cancellation does not wait for the claim's lock")
         .unwrap();
@@ -266,7 +257,7 @@ where
     ctx.wait_none(&t, "1 = 1", 5).await;
     running.shutdown().await.unwrap();
     assert_eq!(
-        table.cancel(&ctx.pool, id).await.unwrap(),
+        declared.cancel(&ctx.pool, id).await.unwrap(),
         Cancellation::NotFound
     );
     ctx.drop_tables().await;
@@ -311,35 +302,38 @@ async fn a_held_job_in_work_is_cancelled_by_request<DB: TestDb, F: Form<DB>>() {
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let w = writes.clone();
-    let queue = F::apply(Queue::table(table.clone()))
-        .transactional()
-        .handler(move |mut d: Delivery<DB, Transactional>| {
-            let (tx, w) = (tx.clone(), w.clone());
-            async move {
-                let sql = format!("INSERT INTO {w} (job) VALUES ({})", d.id());
-                DB::query_on(&mut *d.tx(), &sql).await.unwrap();
-                tx.send(Seen::Started(d.id())).unwrap();
-                tokio::select! {
-                    () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
-                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+    let declared = F::apply(Queue::table(table.clone()));
+    let queue =
+        declared
+            .clone()
+            .transactional()
+            .handler(move |mut d: Delivery<DB, Transactional>| {
+                let (tx, w) = (tx.clone(), w.clone());
+                async move {
+                    let sql = format!("INSERT INTO {w} (job) VALUES ({})", d.id());
+                    DB::query_on(&mut *d.tx(), &sql).await.unwrap();
+                    tx.send(Seen::Started(d.id())).unwrap();
+                    tokio::select! {
+                        () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
+                        () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    }
+                    // Would commit the write, were the job not cancelled.
+                    Outcome::ack()
                 }
-                // Would commit the write, were the job not cancelled.
-                Outcome::ack()
-            }
-        });
+            });
     let running = Runner::new(ctx.pool.clone())
         .poll_interval(poll)
         .mount(queue)
         .start()
         .await
         .unwrap();
-    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    let id = enqueue(&ctx, &declared, Job::new("x")).await;
     assert_eq!(
         recv(&mut rx, "the handler to start", 5).await,
         Seen::Started(id)
     );
     let asked = tokio::time::Instant::now();
-    let answer = tokio::time::timeout(Duration::from_secs(3), table.cancel(&ctx.pool, id))
+    let answer = tokio::time::timeout(Duration::from_secs(3), declared.cancel(&ctx.pool, id))
         .await
         .expect("the cancellation does not wait for the claim")
         .unwrap();
@@ -367,7 +361,7 @@ async fn a_held_job_in_work_is_cancelled_by_request<DB: TestDb, F: Form<DB>>() {
         "the handler's write rolled back"
     );
     assert_eq!(
-        table.cancel(&ctx.pool, id).await.unwrap(),
+        declared.cancel(&ctx.pool, id).await.unwrap(),
         Cancellation::NotFound
     );
     ctx.exec(&format!("DROP TABLE {writes}")).await;
@@ -394,7 +388,8 @@ where
         .cancel_requests(&cancels);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let started = tx.clone();
-    let deaf = RowLockForm::apply(Queue::table(table.clone())).handler(move |d: Delivery<DB>| {
+    let declared = RowLockForm::apply(Queue::table(table.clone()));
+    let deaf = declared.clone().handler(move |d: Delivery<DB>| {
         let started = started.clone();
         async move {
             started.send(Seen::Started(d.id())).unwrap();
@@ -408,31 +403,30 @@ where
         .start()
         .await
         .unwrap();
-    let id = enqueue(&ctx, &table, Job::new("x")).await;
+    let id = enqueue(&ctx, &declared, Job::new("x")).await;
     assert_eq!(
         recv(&mut rx, "the first handler to start", 5).await,
         Seen::Started(id)
     );
     assert_eq!(
-        table.cancel(&ctx.pool, id).await.unwrap(),
+        declared.cancel(&ctx.pool, id).await.unwrap(),
         Cancellation::Requested(id)
     );
     let report = first.shutdown().await.unwrap();
     assert_eq!(report.cancelled, 1, "{report:?}");
     assert_eq!(ctx.count(&t, "1 = 1").await, 1, "the row was released");
     assert_eq!(ctx.count(&cancels, "1 = 1").await, 1, "the request stays");
-    let listening =
-        RowLockForm::apply(Queue::table(table.clone())).handler(move |d: Delivery<DB>| {
-            let tx = tx.clone();
-            async move {
-                tx.send(Seen::Started(d.id())).unwrap();
-                tokio::select! {
-                    () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
-                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
-                }
-                Outcome::ack()
+    let listening = declared.clone().handler(move |d: Delivery<DB>| {
+        let tx = tx.clone();
+        async move {
+            tx.send(Seen::Started(d.id())).unwrap();
+            tokio::select! {
+                () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
+                () = tokio::time::sleep(Duration::from_secs(30)) => {}
             }
-        });
+            Outcome::ack()
+        }
+    });
     let second = Runner::new(ctx.pool.clone())
         .poll_interval(Duration::from_millis(200))
         .mount(listening)

@@ -77,8 +77,6 @@ macro_rules! per_database {
                 the_shutdown_timeout_fires_cancelled,
                 a_queued_job_with_requests_declared_is_removed_at_once,
                 a_missing_requests_table_is_refused_at_start,
-                an_advisory_queue_on_a_leased_table_is_refused,
-                a_lease_queue_on_a_table_that_hides_its_lease_is_refused,
                 a_leased_batch_row_is_cancelled_alone,
             );
             $(cases_tests!($ty: $server);)*
@@ -101,7 +99,6 @@ per_database! {
         requested_advisory_jobs_commit_nothing,
         requested_advisory_jobs_never_start_again;
     postgres => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
-        a_row_lock_queue_on_a_leased_table_is_refused,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,
@@ -115,7 +112,6 @@ per_database! {
         requested_row_lock_jobs_never_start_again,
         requested_advisory_jobs_never_start_again;
     postgres18 => sqlx::Postgres, a_row_lock_claims_job_is_said_in_work_without_waiting,
-        a_row_lock_queue_on_a_leased_table_is_refused,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,
@@ -129,7 +125,6 @@ per_database! {
         requested_row_lock_jobs_never_start_again,
         requested_advisory_jobs_never_start_again;
     mysql => sqlx::MySql, a_row_lock_claims_job_is_said_in_work_without_waiting,
-        a_row_lock_queue_on_a_leased_table_is_refused,
         a_cancelled_transactional_delivery_commits_nothing,
         a_row_lock_job_in_work_is_cancelled_by_request,
         an_advisory_job_in_work_is_cancelled_by_request,

@@ -10,7 +10,7 @@ use sqlx::Postgres;
 use sqlx_queue::{Cancellation, Delivery, Job, Outcome, Pooler, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
-use crate::support::{Ctx, Spec, pooled, recv};
+use crate::support::{Ctx, Form, LeaseForm, RowLockForm, Spec, pooled, recv};
 
 #[derive(Debug, PartialEq, Eq)]
 enum Seen {
@@ -26,18 +26,19 @@ const POLL: Duration = Duration::from_millis(300);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_lock_job_in_work_is_cancelled_through_a_transaction_pooler() {
-    in_work_through_the_pooler(false).await;
+    in_work_through_the_pooler::<RowLockForm>().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leased_job_in_work_is_cancelled_through_a_transaction_pooler() {
-    in_work_through_the_pooler(true).await;
+    in_work_through_the_pooler::<LeaseForm>().await;
 }
 
-/// A job in work (`leased`: lease form, else row lock form with a cancel requests' table),
-/// cancelled through the pooler: its handler is told within the poll interval (row lock) or
-/// half a lease (lease), and the row and its request are gone.
-async fn in_work_through_the_pooler(leased: bool) {
+/// A job in work on form `F` (the lease form, or the row lock form with a cancel requests'
+/// table), cancelled through the pooler: its handler is told within the poll interval (row
+/// lock) or half a lease (lease), and the row and its request are gone.
+async fn in_work_through_the_pooler<F: Form<Postgres>>() {
+    let leased = F::NAME == "lease";
     let Some(mut ctx) = Ctx::<Postgres>::new().await else {
         return;
     };
@@ -52,9 +53,10 @@ async fn in_work_through_the_pooler(leased: bool) {
         .retry_after("retry_after")
         .pooler(Pooler::Transaction);
     let table = match leased {
-        true => table.lease("locked_until"),
+        true => table,
         false => table.cancel_requests(&cancels),
     };
+    let declared = F::apply_leasing(Queue::table(table), LEASE);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let handler = move |d: Delivery<Postgres>| {
         let tx = tx.clone();
@@ -70,19 +72,17 @@ async fn in_work_through_the_pooler(leased: bool) {
     let runner = Runner::new(pool.clone())
         .pooler(Pooler::Transaction)
         .poll_interval(POLL);
-    let runner = match leased {
-        true => runner.mount(
-            Queue::table(table.clone())
-                .lease("locked_until")
-                .lease_duration(LEASE)
-                .handler(handler),
-        ),
-        false => runner.mount(Queue::table(table.clone()).row_lock().handler(handler)),
-    };
-    let running = runner.start().await.unwrap();
+    let running = runner
+        .mount(declared.clone().handler(handler))
+        .start()
+        .await
+        .unwrap();
     // In a transaction, as statements go through a transaction pooler.
     let mut enqueue = pool.begin().await.unwrap();
-    let id = table.enqueue(&mut *enqueue, Job::new("x")).await.unwrap();
+    let id = declared
+        .enqueue(&mut *enqueue, Job::new("x"))
+        .await
+        .unwrap();
     enqueue.commit().await.unwrap();
     assert_eq!(
         recv(&mut rx, "the handler to start", 5).await,
@@ -90,7 +90,7 @@ async fn in_work_through_the_pooler(leased: bool) {
     );
     let asked = tokio::time::Instant::now();
     assert_eq!(
-        table.cancel(&pool, id).await.unwrap(),
+        declared.cancel(&pool, id).await.unwrap(),
         Cancellation::Requested(id)
     );
     let bound = match leased {

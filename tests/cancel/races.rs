@@ -125,18 +125,19 @@ async fn race<DB: TestDb, F: Form<DB>>(work: Work) {
     let table = Table::new(&t)
         .retry_after("retry_after")
         .cancel_requests(&cancels);
+    let declared = F::apply(Queue::table(table.clone()));
     let ledger = Arc::new(Ledger::default());
     let cancelling = ctx.pool(8).await;
     let mut took = Vec::new();
     for _ in 0..5 {
         let asked = Instant::now();
-        table.cancel(&cancelling, -1).await.unwrap();
+        declared.cancel(&cancelling, -1).await.unwrap();
         took.push(asked.elapsed());
     }
     took.sort();
     let took = took[2];
     let (started_tx, mut started) = mpsc::unbounded_channel::<i64>();
-    let queue = F::apply(Queue::table(table.clone())).workers(4);
+    let queue = declared.clone().workers(4);
     // A poll interval longer than the test: the runner learns of requests by notification
     // (PostgreSQL) or not at all, so that settlements meet requests they were not told of.
     let runner = Runner::new(ctx.pool.clone()).poll_interval(Duration::from_secs(60));
@@ -194,11 +195,11 @@ async fn race<DB: TestDb, F: Form<DB>>(work: Work) {
         let slots = Arc::new(Semaphore::new(8));
         let mut tasks = tokio::task::JoinSet::new();
         let cancel = |id: i64, tasks: &mut tokio::task::JoinSet<()>| {
-            let (pool, table, ledger) = (cancelling.clone(), table.clone(), Arc::clone(&ledger));
-            let slots = Arc::clone(&slots);
+            let (pool, declared) = (cancelling.clone(), declared.clone());
+            let (ledger, slots) = (Arc::clone(&ledger), Arc::clone(&slots));
             tasks.spawn(async move {
                 let _slot = slots.acquire_owned().await.unwrap();
-                let answer = table.cancel(&pool, id).await;
+                let answer = declared.cancel(&pool, id).await;
                 ledger.answered(id, answer);
             });
         };

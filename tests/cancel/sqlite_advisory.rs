@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::Sqlite;
+use sqlx_queue::state::AdvisoryLock;
 use sqlx_queue::{
     Cancellation, Delivery, Job, Outcome, Queue, Runner, Running, Table, Transactional,
 };
@@ -31,12 +32,12 @@ enum Seen {
 
 /// A table for the advisory form with its cancel requests' table (`<t>_cancels`), and no lease
 /// column declared (its keys then tell a job in work).
-async fn advisory_table(ctx: &mut Ctx<Sqlite>, spec: Spec) -> (String, Table) {
+async fn advisory_table(ctx: &mut Ctx<Sqlite>, spec: Spec) -> (String, Queue<AdvisoryLock>) {
     let t = ctx.table(spec).await;
     let cancels = format!("{t}_cancels");
     ctx.exec(&format!("CREATE TABLE {cancels} (id INTEGER PRIMARY KEY)"))
         .await;
-    let table = Table::new(&t).cancel_requests(&cancels);
+    let table = Queue::table(Table::new(&t).cancel_requests(&cancels)).advisory_lock();
     (t, table)
 }
 
@@ -65,25 +66,26 @@ async fn a_job_in_work_is_cancelled_by_request() {
         .await;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let w = writes.clone();
-    let queue = Queue::table(table.clone())
-        .advisory_lock()
-        .transactional()
-        .handler(move |mut d: Delivery<Sqlite, Transactional>| {
-            let (tx, w) = (tx.clone(), w.clone());
-            async move {
-                tx.send(Seen::Started(d.id())).unwrap();
-                tokio::select! {
-                    () = d.cancelled() => {
-                        // Would commit with the ack, were the job not cancelled.
-                        let sql = format!("INSERT INTO {w} (job) VALUES ({})", d.id());
-                        Sqlite::query_on(&mut *d.tx(), &sql).await.unwrap();
-                        tx.send(Seen::Cancelled(d.id())).unwrap();
+    let queue =
+        table
+            .clone()
+            .transactional()
+            .handler(move |mut d: Delivery<Sqlite, Transactional>| {
+                let (tx, w) = (tx.clone(), w.clone());
+                async move {
+                    tx.send(Seen::Started(d.id())).unwrap();
+                    tokio::select! {
+                        () = d.cancelled() => {
+                            // Would commit with the ack, were the job not cancelled.
+                            let sql = format!("INSERT INTO {w} (job) VALUES ({})", d.id());
+                            Sqlite::query_on(&mut *d.tx(), &sql).await.unwrap();
+                            tx.send(Seen::Cancelled(d.id())).unwrap();
+                        }
+                        () = tokio::time::sleep(Duration::from_secs(30)) => {}
                     }
-                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    Outcome::ack()
                 }
-                Outcome::ack()
-            }
-        });
+            });
     let running = start(&ctx, queue).await;
     let id = enqueue(&ctx, &table, Job::new("x")).await;
     assert_eq!(
@@ -163,12 +165,10 @@ async fn a_queued_job_is_removed_and_its_key_given_back() {
     assert_eq!(next, cancelled, "SQLite gives the deleted last id again");
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = Arc::clone(&seen);
-    let queue = Queue::table(table.clone())
-        .advisory_lock()
-        .handler(move |d: Delivery<Sqlite>| {
-            record.lock().unwrap().push(d.payload().to_vec());
-            async { Outcome::ack() }
-        });
+    let queue = table.clone().handler(move |d: Delivery<Sqlite>| {
+        record.lock().unwrap().push(d.payload().to_vec());
+        async { Outcome::ack() }
+    });
     let running = start(&ctx, queue).await;
     ctx.wait_none(&t, "1 = 1", 5).await;
     running.shutdown().await.unwrap();
@@ -225,19 +225,17 @@ async fn a_row_requested_before_its_delivery_is_delivered_once_and_told() {
     ctx.exec(&format!("INSERT INTO {cancels} (id) VALUES ({id})"))
         .await;
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let queue = Queue::table(table.clone())
-        .advisory_lock()
-        .handler(move |d: Delivery<Sqlite>| {
-            let tx = tx.clone();
-            async move {
-                tx.send(Seen::Started(d.id())).unwrap();
-                tokio::select! {
-                    () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
-                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
-                }
-                Outcome::retry()
+    let queue = table.clone().handler(move |d: Delivery<Sqlite>| {
+        let tx = tx.clone();
+        async move {
+            tx.send(Seen::Started(d.id())).unwrap();
+            tokio::select! {
+                () = d.cancelled() => tx.send(Seen::Cancelled(d.id())).unwrap(),
+                () = tokio::time::sleep(Duration::from_secs(30)) => {}
             }
-        });
+            Outcome::retry()
+        }
+    });
     let running = start(&ctx, queue).await;
     assert_eq!(
         recv(&mut rx, "the handler to start", 5).await,

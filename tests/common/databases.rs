@@ -47,13 +47,13 @@ pub(crate) trait Db: Backend + Sized {
         conn: &mut Self::Connection,
         sql: &str,
     ) -> impl Future<Output = sqlx::Result<u64>> + Send;
-    /// `Table::enqueue` on the pool.
+    /// `Queue::enqueue` on the pool, into an unnamed queue of `table`.
     fn enqueue(
         pool: &Pool<Self>,
         table: &Table,
         job: Job<'_>,
     ) -> impl Future<Output = sqlx_queue::Result<i64>> + Send;
-    /// `Table::enqueue_many` on the pool.
+    /// `Queue::enqueue_many` on the pool: how many it enqueued.
     fn enqueue_many(
         pool: &Pool<Self>,
         table: &Table,
@@ -123,7 +123,8 @@ macro_rules! db {
                 table: &Table,
                 job: Job<'_>,
             ) -> sqlx_queue::Result<i64> {
-                table.enqueue(pool, job).await
+                // An unnamed queue of the table, without a form: a plain enqueue needs none.
+                sqlx_queue::Queue::table(table.clone()).enqueue(pool, job).await
             }
 
             async fn enqueue_many(
@@ -131,7 +132,9 @@ macro_rules! db {
                 table: &Table,
                 jobs: &[Job<'_>],
             ) -> sqlx_queue::Result<u64> {
-                table.enqueue_many(pool, jobs).await
+                let queue = sqlx_queue::Queue::table(table.clone());
+                let ids = queue.enqueue_many(pool, jobs).await?;
+                Ok(ids.len() as u64)
             }
         }
     )+};

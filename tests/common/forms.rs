@@ -2,12 +2,12 @@
 
 use std::time::Duration;
 
-use sqlx_queue::state::{AdvisoryLock, ClaimForm, FormOn, Lease, NoForm, RowLock};
+use sqlx_queue::state::{AdvisoryLock, ClaimForm, FormOn, KnowsItsForm, Lease, NoForm, RowLock};
 use sqlx_queue::{Backend, Queue};
 
 /// A claim form the database `DB` has.
 pub(crate) trait Form<DB: Backend>: Send + Sync + 'static {
-    type F: ClaimForm + FormOn<DB> + Send + 'static;
+    type F: ClaimForm + FormOn<DB> + KnowsItsForm + Clone + Send + Sync + 'static;
     /// As the consumer example and the test modules name it: `lease`, `advisory`, `row_lock`.
     const NAME: &'static str;
     /// Whether the form counts the attempt when it takes the row (lease, advisory), so a row

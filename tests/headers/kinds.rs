@@ -129,10 +129,8 @@ pub(crate) async fn unique_jobs_carry_their_headers_and_a_replace_replaces_them<
         .await;
     ctx.exec(&format!("CREATE UNIQUE INDEX {t}_dedupe ON {t} (dedupe)"))
         .await;
-    let jobs = Table::new(&t)
-        .headers("headers")
-        .unique_key("dedupe")
-        .lease("locked_until");
+    let jobs =
+        Queue::table(Table::new(&t).headers("headers").unique_key("dedupe")).lease("locked_until");
     let all = awkward();
     let first = jobs
         .enqueue_unique(&ctx.pool, Job::new("1").header("old", "1").unique("k"))
@@ -162,12 +160,10 @@ pub(crate) async fn unique_jobs_carry_their_headers_and_a_replace_replaces_them<
     .into();
 
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let queue = Queue::table(jobs)
-        .lease("locked_until")
-        .handler(move |d: Delivery<DB>| {
-            let _ = tx.send((d.id(), read(&d)));
-            async { Outcome::ack() }
-        });
+    let queue = jobs.handler(move |d: Delivery<DB>| {
+        let _ = tx.send((d.id(), read(&d)));
+        async { Outcome::ack() }
+    });
     let running = Runner::new(ctx.pool.clone())
         .mount(queue)
         .start()

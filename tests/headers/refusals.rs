@@ -30,7 +30,7 @@ pub(crate) async fn headers_into_a_table_without_the_column_are_refused<DB: Test
         .await;
     ctx.exec(&format!("CREATE UNIQUE INDEX {t}_dedupe ON {t} (dedupe)"))
         .await;
-    let unique = Table::new(&t).unique_key("dedupe");
+    let unique = Queue::table(Table::new(&t).unique_key("dedupe")).lease("locked_until");
     let why = invalid_job(unique.enqueue_unique(&ctx.pool, job().unique("k")).await);
     assert!(why.contains("Table::headers"), "{why}");
     assert_eq!(ctx.count(&t, "1 = 1").await, 0, "nothing inserted");

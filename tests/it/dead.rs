@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use sqlx_queue::{DeadLetter, Delivery, Event, Inspect, Job, Outcome, Queue, Runner, Table};
+use sqlx_queue::state::{AttemptColumn, DeadLettered};
+use sqlx_queue::{DeadLetter, Delivery, Event, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
 use crate::support::{Ctx, Form, Spec, TestDb, recv, wait_for};
@@ -38,6 +39,10 @@ fn runner<DB: TestDb>(pool: &sqlx::Pool<DB>) -> Runner<DB> {
     Runner::new(pool.clone()).poll_interval(Duration::from_millis(50))
 }
 
+/// A capped queue of form `F` with its dead letter, before its handler: the one [`failing`]
+/// gives for enqueues and counts.
+type Declared<F> = Queue<F, AttemptColumn, DeadLettered>;
+
 /// A capped queue whose handler reports `(id, attempt)`, retries until `fixed` is
 /// set, then acks (a row whose payload is `later` is acked at once).
 fn failing<DB: TestDb, F: Form<DB>>(
@@ -47,28 +52,28 @@ fn failing<DB: TestDb, F: Form<DB>>(
     dead: DeadLetter,
     fixed: Arc<AtomicBool>,
     tx: mpsc::UnboundedSender<(i64, u32)>,
-) -> impl FnOnce(Runner<DB>) -> Runner<DB> {
+) -> (Declared<F::F>, impl FnOnce(Runner<DB>) -> Runner<DB>) {
     let queue = Queue::table(table);
     let queue = match name {
         Some(name) => queue.named(name),
         None => queue,
     };
-    let queue = F::apply(queue)
+    let declared = F::apply(queue)
         .attempt("attempt")
         .max_attempts(max)
-        .dead_letter(dead)
-        .handler(move |d: Delivery<DB>| {
-            let _ = tx.send((d.id(), d.attempt()));
-            let fixed = fixed.load(Ordering::SeqCst) || d.payload() == b"later";
-            async move {
-                if fixed {
-                    Outcome::ack()
-                } else {
-                    Outcome::retry()
-                }
+        .dead_letter(dead);
+    let queue = declared.clone().handler(move |d: Delivery<DB>| {
+        let _ = tx.send((d.id(), d.attempt()));
+        let fixed = fixed.load(Ordering::SeqCst) || d.payload() == b"later";
+        async move {
+            if fixed {
+                Outcome::ack()
+            } else {
+                Outcome::retry()
             }
-        });
-    move |runner| runner.mount(queue)
+        }
+    });
+    (declared, move |runner| runner.mount(queue))
 }
 
 pub(crate) async fn the_nth_failure_moves_the_row_to_its_group_and_requeue_brings_it_back<
@@ -92,7 +97,7 @@ pub(crate) async fn the_nth_failure_moves_the_row_to_its_group_and_requeue_bring
     let (tx, mut seen) = mpsc::unbounded_channel();
     let fixed = Arc::new(AtomicBool::new(false));
     let dead = DeadLetter::group("mail_dead");
-    let mount = failing::<DB, F>(
+    let (declared, mount) = failing::<DB, F>(
         table.clone(),
         Some("mail"),
         3,
@@ -130,15 +135,10 @@ pub(crate) async fn the_nth_failure_moves_the_row_to_its_group_and_requeue_bring
         .unwrap();
     assert_eq!(recv(&mut seen, "the later row", 10).await, (later, 1));
 
-    let inspect = Inspect::queue()
-        .group("mail")
-        .lease("locked_until")
-        .attempt("attempt")
-        .dead_letter(&dead);
-    let counts = table.counts(&ctx.pool, inspect).await.unwrap();
+    let counts = declared.counts(&ctx.pool).await.unwrap();
     assert_eq!(counts.dead, 1, "{counts:?}");
     fixed.store(true, Ordering::SeqCst);
-    assert_eq!(table.requeue_dead(&ctx.pool, inspect).await.unwrap(), 1);
+    assert_eq!(declared.requeue_dead(&ctx.pool).await.unwrap(), 1);
     assert_eq!(recv(&mut seen, "the re-queued row", 10).await, (id, 1));
     ctx.wait_none(&t, &format!("id = {id}"), 10).await;
     running.shutdown().await.unwrap();
@@ -171,7 +171,8 @@ pub(crate) async fn the_nth_failure_moves_the_row_to_a_table_byte_for_byte<
     let (tx, mut seen) = mpsc::unbounded_channel();
     let fixed = Arc::new(AtomicBool::new(false));
     let dead = DeadLetter::table(&dead_table);
-    let mount = failing::<DB, F>(table.clone(), None, 2, dead.clone(), Arc::clone(&fixed), tx);
+    let (declared, mount) =
+        failing::<DB, F>(table.clone(), None, 2, dead.clone(), Arc::clone(&fixed), tx);
     let running = mount(runner(&ctx.pool)).start().await.unwrap();
 
     for _ in 0..6 {
@@ -188,11 +189,7 @@ pub(crate) async fn the_nth_failure_moves_the_row_to_a_table_byte_for_byte<
         assert_eq!(ctx.count(&dead_table, &same).await, 1, "row {id}'s columns");
     }
     fixed.store(true, Ordering::SeqCst);
-    let inspect = Inspect::queue()
-        .lease("locked_until")
-        .attempt("attempt")
-        .dead_letter(&dead);
-    assert_eq!(table.requeue_dead(&ctx.pool, inspect).await.unwrap(), 3);
+    assert_eq!(declared.requeue_dead(&ctx.pool).await.unwrap(), 3);
     assert_eq!(ctx.count(&dead_table, "1 = 1").await, 0);
     for id in &ids {
         assert_eq!(recv(&mut seen, "a re-queued row", 10).await, (*id, 1));

@@ -107,7 +107,11 @@ pub(crate) async fn enqueue_many_inserts_every_job_in_bulk<DB: TestDb>() {
         })
         .await;
     let jobs = Table::new(&t).group("queue").retry_after("retry_after");
-    assert_eq!(jobs.max_batch(), 10_000, "three values a job");
+    assert_eq!(
+        Queue::table(jobs.clone()).max_batch(),
+        10_000,
+        "three values a job"
+    );
     let payloads: Vec<String> = (0..10_001).map(|i| format!("{i}")).collect();
     let batch: Vec<Job<'_>> = payloads
         .iter()
@@ -268,11 +272,13 @@ pub(crate) async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart<DB: Te
         .await
         .unwrap();
     let dead = sqlx_queue::DeadLetter::group("mail_dead");
-    let inspect = sqlx_queue::Inspect::queue()
-        .group("mail")
+    let mail = Queue::table(table.clone())
+        .named("mail")
         .lease("locked_until")
-        .dead_letter(&dead);
-    let counts = table.counts(&ctx.pool, inspect).await.unwrap();
+        .attempt("attempt")
+        .max_attempts(5)
+        .dead_letter(dead);
+    let counts = mail.counts(&ctx.pool).await.unwrap();
     assert_eq!(
         (counts.ready, counts.delayed, counts.in_work, counts.dead),
         (3, 1, 0, 1)
@@ -280,20 +286,17 @@ pub(crate) async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart<DB: Te
     // One row in work under a live lease.
     let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
     let (tx, mut seen) = mpsc::unbounded_channel();
-    let queue = Queue::table(table.clone())
-        .named("mail")
-        .lease("locked_until")
-        .handler({
-            let gate = std::sync::Arc::clone(&gate);
-            move |d: Delivery<DB>| {
-                let (gate, tx) = (std::sync::Arc::clone(&gate), tx.clone());
-                async move {
-                    let _ = tx.send(d.id());
-                    let _permit = gate.acquire().await;
-                    Outcome::retry()
-                }
+    let queue = mail.clone().handler({
+        let gate = std::sync::Arc::clone(&gate);
+        move |d: Delivery<DB>| {
+            let (gate, tx) = (std::sync::Arc::clone(&gate), tx.clone());
+            async move {
+                let _ = tx.send(d.id());
+                let _permit = gate.acquire().await;
+                Outcome::retry()
             }
-        });
+        }
+    });
     let running = Runner::new(ctx.pool.clone())
         .mount(queue)
         .start()
@@ -304,10 +307,10 @@ pub(crate) async fn counts_tell_ready_delayed_in_work_and_dead_rows_apart<DB: Te
     wait_for(
         "the rows claimed ahead",
         Duration::from_secs(10),
-        || async { table.counts(&ctx.pool, inspect).await.unwrap().in_work == 3 },
+        || async { mail.counts(&ctx.pool).await.unwrap().in_work == 3 },
     )
     .await;
-    let counts = table.counts(&ctx.pool, inspect).await.unwrap();
+    let counts = mail.counts(&ctx.pool).await.unwrap();
     assert_eq!((counts.ready, counts.in_work), (0, 3), "{counts:?}");
     gate.add_permits(1000);
     running.shutdown().await.unwrap();

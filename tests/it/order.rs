@@ -229,7 +229,11 @@ pub(crate) async fn bulk_jobs_keep_their_priorities<DB: TestDb>() {
         .group("queue")
         .retry_after("retry_after")
         .priority("priority");
-    assert_eq!(table.max_batch(), 7_500, "four values a job");
+    assert_eq!(
+        Queue::table(table.clone()).max_batch(),
+        7_500,
+        "four values a job"
+    );
     let batch: Vec<Job<'_>> = [5, 1, 3]
         .into_iter()
         .map(|p| Job::new("x").group("g").priority(p))

@@ -11,9 +11,7 @@ use std::time::Duration;
 
 use sqlx::Postgres;
 use sqlx::postgres::PgPool;
-use sqlx_queue::{
-    Delivery, Error, Inspect, Job, Outcome, Pooler, Queue, Runner, Table, Transactional,
-};
+use sqlx_queue::{Delivery, Error, Job, Outcome, Pooler, Queue, Runner, Table, Transactional};
 
 use crate::support::{Ctx, Spec, pooled};
 
@@ -55,7 +53,7 @@ fn table(name: &str) -> Table {
 /// Enqueues `n` jobs of group `q` through the pooler, in transactions of ten (the way an enqueue
 /// goes through a transaction pooler), and one more transaction that rolls back.
 async fn enqueue(pool: &PgPool, name: &str, n: usize) {
-    let jobs = table(name).pooler(Pooler::Transaction);
+    let jobs = Queue::table(table(name).pooler(Pooler::Transaction));
     for first in (0..n).step_by(10) {
         let mut tx = pool.begin().await.unwrap();
         for i in first..(first + 10).min(n) {
@@ -190,8 +188,7 @@ async fn the_transactional_lease_form_commits_once_through_a_transaction_pooler(
                 .execute(&mut *d.tx())
                 .await
                 .unwrap();
-                table(&welcome)
-                    .pooler(Pooler::Transaction)
+                Queue::table(table(&welcome).pooler(Pooler::Transaction))
                     .enqueue(&mut *d.tx(), Job::new(&payload).group("welcome"))
                     .await
                     .unwrap();
@@ -298,7 +295,10 @@ async fn enqueues_and_inspection_work_through_a_transaction_pooler() {
             ..Spec::lease()
         })
         .await;
-    let jobs = table(&name).pooler(Pooler::Transaction);
+    let jobs = Queue::table(table(&name).pooler(Pooler::Transaction))
+        .named("q")
+        .lease("locked_until")
+        .attempt("attempt");
     enqueue(&pool, &name, 25).await;
     let mut tx = pool.begin().await.unwrap();
     let many: Vec<Job<'_>> = (0..5).map(|_| Job::new("later").group("q")).collect();
@@ -311,12 +311,8 @@ async fn enqueues_and_inspection_work_through_a_transaction_pooler() {
     assert_eq!(ctx.count(&name, "1 = 1").await, 31);
     assert_eq!(ctx.payload(&name, id).await, b"delayed");
 
-    let queue = Inspect::queue()
-        .group("q")
-        .lease("locked_until")
-        .attempt("attempt");
     for _ in 0..5 {
-        let counts = jobs.counts(&pool, queue).await.unwrap();
+        let counts = jobs.counts(&pool).await.unwrap();
         assert_eq!((counts.ready, counts.delayed, counts.in_work), (30, 1, 0));
     }
     ctx.drop_tables().await;

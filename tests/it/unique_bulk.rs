@@ -59,12 +59,14 @@ pub(crate) async fn bulk_enqueue_meets_a_job_in_work_and_debounces_a_waiting_one
         },
     )
     .await;
-    let jobs = Table::new(&t)
-        .unique_key("dedupe")
-        .lease("locked_until")
-        .retry_after("retry_after")
-        .priority("priority")
-        .created_at("created_at");
+    let jobs = Queue::table(
+        Table::new(&t)
+            .unique_key("dedupe")
+            .retry_after("retry_after")
+            .priority("priority")
+            .created_at("created_at"),
+    )
+    .lease("locked_until");
     let held = jobs
         .enqueue_unique(&ctx.pool, Job::new("held").unique("held"))
         .await
@@ -73,17 +75,14 @@ pub(crate) async fn bulk_enqueue_meets_a_job_in_work_and_debounces_a_waiting_one
     let (started, mut starts) = mpsc::unbounded_channel();
     let release = Arc::new(Notify::new());
     let hold = Arc::clone(&release);
-    let queue = Queue::table(jobs.clone())
-        .lease("locked_until")
-        .workers(1)
-        .handler(move |d: Delivery<DB>| {
-            let (started, hold) = (started.clone(), Arc::clone(&hold));
-            async move {
-                let _ = started.send(d.id());
-                hold.notified().await;
-                Outcome::ack()
-            }
-        });
+    let queue = jobs.clone().workers(1).handler(move |d: Delivery<DB>| {
+        let (started, hold) = (started.clone(), Arc::clone(&hold));
+        async move {
+            let _ = started.send(d.id());
+            hold.notified().await;
+            Outcome::ack()
+        }
+    });
     let running = Runner::new(ctx.pool.clone())
         .mount(queue)
         .start()

@@ -5,7 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx_queue::{Enqueued, Job, Table};
+use sqlx_queue::state::Lease;
+use sqlx_queue::{Enqueued, Job, Queue, Table};
 
 use crate::support::{Ctx, Spec, TestDb, wait_for};
 use crate::unique::unique_table;
@@ -22,13 +23,13 @@ macro_rules! tests {
 }
 pub(crate) use tests;
 
-fn table(t: &str) -> Table {
-    Table::new(t)
+fn table(t: &str) -> Queue<Lease> {
+    let columns = Table::new(t)
         .unique_key("dedupe")
-        .lease("locked_until")
         .retry_after("retry_after")
         .priority("priority")
-        .created_at("created_at")
+        .created_at("created_at");
+    Queue::table(columns).lease("locked_until")
 }
 
 fn spec() -> Spec {

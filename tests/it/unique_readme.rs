@@ -45,14 +45,14 @@ pub(crate) async fn the_readme_unique_index_holds_one_unfinished_job_per_key<DB:
     let unique = readme_block::<DB>("## Unique jobs", &name);
     assert!(unique.contains("dedupe"), "{unique}");
     ctx.exec(&unique).await;
-    let jobs = Table::new(&name)
+    let table = Table::new(&name)
         .group("queue")
         .retry_after("retry_after")
         .processed_at("processed_at")
         .created_at("created_at")
-        .lease("locked_until")
         .unique_key("dedupe");
-    let job = |payload: &'static str| Job::new(payload).group("signups").unique("welcome:42");
+    let jobs = Queue::table(table).named("signups").lease("locked_until");
+    let job = |payload: &'static str| Job::new(payload).unique("welcome:42");
     let Enqueued::New(first) = jobs.enqueue_unique(&ctx.pool, job("1")).await.unwrap() else {
         panic!("the key was free");
     };
@@ -60,9 +60,8 @@ pub(crate) async fn the_readme_unique_index_holds_one_unfinished_job_per_key<DB:
         jobs.enqueue_unique(&ctx.pool, job("2")).await.unwrap(),
         Enqueued::Duplicate(first)
     );
-    let queue = Queue::table(jobs.clone())
-        .named("signups")
-        .lease("locked_until")
+    let queue = jobs
+        .clone()
         .handler(|_: Delivery<DB>| async { Outcome::ack() });
     let running = Runner::new(ctx.pool.clone())
         .mount(queue)

@@ -30,14 +30,12 @@ pub(crate) async fn a_job_in_work_is_left_alone_by_replace_and_debounce<DB: Test
         ..crate::support::Spec::lease()
     };
     let t = unique_table(&mut ctx, spec).await;
-    let mut jobs = Table::new(&t)
+    let table = Table::new(&t)
         .unique_key("dedupe")
         .retry_after("retry_after")
         .priority("priority")
         .created_at("created_at");
-    if F::NAME == "lease" {
-        jobs = jobs.lease("locked_until");
-    }
+    let jobs = F::apply(Queue::table(table));
     let Enqueued::New(id) = jobs
         .enqueue_unique(&ctx.pool, Job::new("old").unique("k"))
         .await
@@ -48,7 +46,7 @@ pub(crate) async fn a_job_in_work_is_left_alone_by_replace_and_debounce<DB: Test
     let (started, mut starts) = mpsc::unbounded_channel();
     let release = Arc::new(Notify::new());
     let hold = Arc::clone(&release);
-    let queue = F::apply(Queue::table(jobs.clone())).handler(move |d: Delivery<DB>| {
+    let queue = jobs.clone().handler(move |d: Delivery<DB>| {
         let (started, hold) = (started.clone(), Arc::clone(&hold));
         async move {
             let _ = started.send((d.id(), d.payload().to_vec()));

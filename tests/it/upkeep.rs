@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{TimeDelta, Utc};
-use sqlx_queue::{DeadLetter, Delivery, Inspect, Job, Outcome, Queue, Runner, Table};
+use sqlx_queue::{DeadLetter, Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::{Semaphore, mpsc};
 
 use crate::metrics::Recorded;
@@ -103,8 +103,10 @@ pub(crate) async fn counts_and_gauges_tell_the_oldest_ready_jobs_age<DB: TestDb>
     let (running, mut recorded) = Recorded::start(runner).await;
     assert_eq!(recv(&mut seen, "the first row in work", 10).await, ids[0]);
 
-    let inspect = Inspect::queue().group("ages").lease("locked_until");
-    let counts = table.counts(&ctx.pool, inspect).await.unwrap();
+    let ages = Queue::table(table.clone())
+        .named("ages")
+        .lease("locked_until");
+    let counts = ages.counts(&ctx.pool).await.unwrap();
     assert_eq!(counts.ready, 3, "{counts:?}");
     let age = counts.oldest_ready_age.expect("an age").as_secs_f64();
     assert!(
@@ -120,17 +122,18 @@ pub(crate) async fn counts_and_gauges_tell_the_oldest_ready_jobs_age<DB: TestDb>
     })
     .await;
     // A table that declares no creation time has no age.
-    let counts = Table::new(&t)
-        .group("queue")
-        .retry_after("retry_after")
-        .counts(&ctx.pool, inspect)
+    let ageless = Table::new(&t).group("queue").retry_after("retry_after");
+    let counts = Queue::table(ageless)
+        .named("ages")
+        .lease("locked_until")
+        .counts(&ctx.pool)
         .await
         .unwrap();
     assert_eq!((counts.ready, counts.oldest_ready_age), (3, None));
     gate.add_permits(100);
     ctx.wait_none(&t, "queue = 'ages' AND retry_after IS NULL", 10)
         .await;
-    let counts = table.counts(&ctx.pool, inspect).await.unwrap();
+    let counts = ages.counts(&ctx.pool).await.unwrap();
     assert_eq!((counts.ready, counts.oldest_ready_age), (0, None));
     running.shutdown().await.unwrap();
     ctx.drop_tables().await;
@@ -179,25 +182,27 @@ pub(crate) async fn prune_deletes_exactly_the_old_finished_and_dead_rows_while_a
     let gate = Arc::new(Semaphore::new(0));
     let (tx, mut seen) = mpsc::unbounded_channel();
     let handled = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let p = Queue::table(table.clone())
+        .named("p")
+        .lease("locked_until")
+        .attempt("attempt")
+        .max_attempts(5)
+        .dead_letter(DeadLetter::group("p_dead"));
     let queue = {
         let (gate, handled) = (Arc::clone(&gate), Arc::clone(&handled));
-        Queue::table(table.clone())
-            .named("p")
-            .lease("locked_until")
-            .workers(3)
-            .handler(move |d: Delivery<DB>| {
-                let (gate, tx, handled) = (Arc::clone(&gate), tx.clone(), Arc::clone(&handled));
-                async move {
-                    // The first two wait for the gate; the rest go one at a time.
-                    if handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 2 {
-                        let _ = tx.send(d.id());
-                        let _permit = gate.acquire().await;
-                    } else {
-                        tokio::time::sleep(Duration::from_millis(25)).await;
-                    }
-                    Outcome::ack()
+        p.clone().workers(3).handler(move |d: Delivery<DB>| {
+            let (gate, tx, handled) = (Arc::clone(&gate), tx.clone(), Arc::clone(&handled));
+            async move {
+                // The first two wait for the gate; the rest go one at a time.
+                if handled.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < 2 {
+                    let _ = tx.send(d.id());
+                    let _permit = gate.acquire().await;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
                 }
-            })
+                Outcome::ack()
+            }
+        })
     };
     let running = Runner::new(ctx.pool.clone())
         .poll_interval(Duration::from_millis(50))
@@ -210,13 +215,11 @@ pub(crate) async fn prune_deletes_exactly_the_old_finished_and_dead_rows_while_a
 
     // Two processes' worth of prunes at once, in batches of 4.
     let hour = Duration::from_secs(3600);
-    let dead = DeadLetter::group("p_dead");
-    let inspect = Inspect::queue().group("p").dead_letter(&dead);
     let (a, b, c, d) = tokio::join!(
-        table.prune(&ctx.pool, hour, 4),
-        table.prune(&ctx.pool, hour, 4),
-        table.prune_dead(&ctx.pool, inspect, hour, 4),
-        table.prune_dead(&ctx.pool, inspect, hour, 4),
+        p.prune(&ctx.pool, hour, 4),
+        p.prune(&ctx.pool, hour, 4),
+        p.prune_dead(&ctx.pool, hour, 4),
+        p.prune_dead(&ctx.pool, hour, 4),
     );
     let drained = ctx
         .count(&t, "queue = 'p' AND processed_at IS NOT NULL")
@@ -243,13 +246,11 @@ pub(crate) async fn prune_deletes_exactly_the_old_finished_and_dead_rows_while_a
         .await;
     running.shutdown().await.unwrap();
     // Finished just now: not an hour ago.
-    assert_eq!(table.prune(&ctx.pool, hour, 4).await.unwrap(), 0);
-    assert_eq!(
-        table.prune(&ctx.pool, Duration::ZERO, 1000).await.unwrap(),
-        70
-    );
+    assert_eq!(p.prune(&ctx.pool, hour, 4).await.unwrap(), 0);
+    assert_eq!(p.prune(&ctx.pool, Duration::ZERO, 1000).await.unwrap(), 70);
     assert_eq!(ctx.count(&t, "1 = 1").await, 5, "the recent dead rows");
-    let refused = Table::new(&t).prune(&ctx.pool, hour, 4).await.unwrap_err();
+    let keeps_none = Queue::table(Table::new(&t));
+    let refused = keeps_none.prune(&ctx.pool, hour, 4).await.unwrap_err();
     assert!(refused.to_string().contains("processed_at"), "{refused}");
     ctx.drop_tables().await;
 }

@@ -36,7 +36,7 @@ pub(crate) async fn tables<DB: TestDb>(ctx: &mut Ctx<DB>) -> (String, String) {
 }
 
 pub(crate) fn jobs(t: &str) -> Table {
-    Table::new(t).unique_key("dedupe").lease("locked_until")
+    Table::new(t).unique_key("dedupe")
 }
 
 /// A job whose payload is its tick, to the microsecond.

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sqlx_queue::Job;
+use sqlx_queue::{Job, Queue};
 use tokio::time::Instant;
 
 use crate::support::{
@@ -41,7 +41,8 @@ pub(crate) async fn enqueue<DB: TestDb>(ctx: &Ctx<DB>, table: &str, rows: usize)
     let payloads: Vec<String> = (0..rows).map(|i| format!("job {i}")).collect();
     let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
     let mut enqueued = 0;
-    for chunk in batch.chunks(jobs.max_batch()) {
+    let max_batch = Queue::table(jobs.clone()).max_batch();
+    for chunk in batch.chunks(max_batch) {
         enqueued += DB::enqueue_many(&ctx.pool, &jobs, chunk).await.unwrap();
     }
     assert_eq!(enqueued, rows as u64);

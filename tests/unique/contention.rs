@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx_queue::{Delivery, Enqueued, Job, Outcome, Queue, Runner};
+use sqlx_queue::{Delivery, Enqueued, Job, Outcome, Runner};
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 
@@ -74,8 +74,8 @@ pub(crate) async fn replaces_beside_a_runner_all_succeed<DB: TestDb>() {
     };
     let t = unique_table(&mut ctx).await;
     let table = jobs(&t);
-    let queue = Queue::table(table.clone())
-        .lease("locked_until")
+    let queue = table
+        .clone()
         .workers(4)
         .handler(|d: Delivery<DB>| async move {
             tokio::time::sleep(Duration::from_millis(u64::try_from(d.id() % 3).unwrap())).await;

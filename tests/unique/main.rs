@@ -19,7 +19,8 @@ mod support;
 mod contention;
 mod rollbacks;
 
-use sqlx_queue::Table;
+use sqlx_queue::state::Lease;
+use sqlx_queue::{Queue, Table};
 
 use support::{Ctx, Spec, TestDb};
 
@@ -45,13 +46,13 @@ async fn unique_table<DB: TestDb>(ctx: &mut Ctx<DB>) -> String {
     name
 }
 
-/// The table's description, its lease column declared (a replace leaves a job in work alone).
-fn jobs(t: &str) -> Table {
-    Table::new(t)
+/// The lease queue on the table (its lease column tells a replace a job in work).
+fn jobs(t: &str) -> Queue<Lease> {
+    let table = Table::new(t)
         .unique_key("dedupe")
-        .lease("locked_until")
         .retry_after("retry_after")
-        .created_at("created_at")
+        .created_at("created_at");
+    Queue::table(table).lease("locked_until")
 }
 
 /// One module per database, with every test as a `#[tokio::test]` under its own name.

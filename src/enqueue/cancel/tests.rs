@@ -9,8 +9,9 @@ use sqlx::SqlitePool;
 
 use crate::backend::{in_process, scratch};
 use crate::dialect::{self, KeysAt};
+use crate::state::AdvisoryLock;
 use crate::table::Dialect;
-use crate::{Cancellation, Job, Table};
+use crate::{Cancellation, Job, Queue, Table};
 
 /// A fresh database file with a job table `jobs` and its requests' table `cancels`.
 async fn database(name: &str) -> (SqlitePool, std::path::PathBuf) {
@@ -30,6 +31,11 @@ async fn close(pool: SqlitePool, file: std::path::PathBuf) {
 
 async fn count(pool: &SqlitePool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+/// An advisory queue on `table`.
+fn queue(table: &Table) -> Queue<AdvisoryLock> {
+    Queue::table(table.clone()).advisory_lock()
 }
 
 /// The table part of `table`'s keys in this process, as the advisory form makes it.
@@ -54,11 +60,11 @@ async fn keys_of(pool: &SqlitePool, table: &Table) -> u64 {
 async fn a_key_a_claim_holds_is_a_job_in_work() {
     let (pool, file) = database("held").await;
     let table = Table::new("jobs").cancel_requests("cancels");
-    let id = table.enqueue(&pool, Job::new("x")).await.unwrap();
+    let id = queue(&table).enqueue(&pool, Job::new("x")).await.unwrap();
     let keys = keys_of(&pool, &table).await;
     let claim = in_process::take_for_now(keys, id).expect("the key is free");
     assert_eq!(
-        table.cancel(&pool, id).await.unwrap(),
+        queue(&table).cancel(&pool, id).await.unwrap(),
         Cancellation::Requested(id)
     );
     assert_eq!(in_process::count(keys), 1, "only the claim's key is held");
@@ -66,7 +72,7 @@ async fn a_key_a_claim_holds_is_a_job_in_work() {
     assert_eq!(count(&pool, "SELECT COUNT(*) FROM cancels").await, 1);
     drop(claim);
     assert_eq!(
-        table.cancel(&pool, id).await.unwrap(),
+        queue(&table).cancel(&pool, id).await.unwrap(),
         Cancellation::Cancelled(id)
     );
     assert_eq!(in_process::count(keys), 0, "the cancellation's key is free");
@@ -89,14 +95,14 @@ async fn no_key_is_left_held_on_success_or_error() {
         .cancel_requests("cancels")
         .unique_key("k");
     let keys = keys_of(&pool, &table).await;
-    let kept = table.enqueue(&pool, Job::new("x")).await.unwrap();
-    let by_key = table
+    let kept = queue(&table).enqueue(&pool, Job::new("x")).await.unwrap();
+    let by_key = queue(&table)
         .enqueue_unique(&pool, Job::new("y").unique("the key"))
         .await
         .unwrap()
         .id();
     assert_eq!(
-        table.cancel_unique(&pool, "the key").await.unwrap(),
+        queue(&table).cancel_unique(&pool, "the key").await.unwrap(),
         Cancellation::Cancelled(by_key)
     );
     assert_eq!(in_process::count(keys), 0);
@@ -104,7 +110,7 @@ async fn no_key_is_left_held_on_success_or_error() {
         .execute(&pool)
         .await
         .unwrap();
-    assert!(table.cancel(&pool, kept).await.is_err());
+    assert!(queue(&table).cancel(&pool, kept).await.is_err());
     assert_eq!(in_process::count(keys), 0, "given back on the error");
     assert_eq!(count(&pool, "SELECT COUNT(*) FROM jobs").await, 1);
     close(pool, file).await;
@@ -118,10 +124,10 @@ async fn inside_the_callers_transaction_the_key_is_given_back_at_its_savepoint()
     let (pool, file) = database("savepoint").await;
     let table = Table::new("jobs").cancel_requests("cancels");
     let keys = keys_of(&pool, &table).await;
-    let id = table.enqueue(&pool, Job::new("x")).await.unwrap();
+    let id = queue(&table).enqueue(&pool, Job::new("x")).await.unwrap();
     let mut tx = pool.begin().await.unwrap();
     assert_eq!(
-        table.cancel(&mut *tx, id).await.unwrap(),
+        queue(&table).cancel(&mut *tx, id).await.unwrap(),
         Cancellation::Cancelled(id)
     );
     assert_eq!(in_process::count(keys), 0);
@@ -129,7 +135,7 @@ async fn inside_the_callers_transaction_the_key_is_given_back_at_its_savepoint()
     assert_eq!(count(&pool, "SELECT COUNT(*) FROM jobs").await, 1);
     let mut tx = pool.begin().await.unwrap();
     assert_eq!(
-        table.cancel(&mut *tx, id).await.unwrap(),
+        queue(&table).cancel(&mut *tx, id).await.unwrap(),
         Cancellation::Cancelled(id)
     );
     tx.commit().await.unwrap();
@@ -145,7 +151,7 @@ async fn a_dropped_cancellation_gives_its_key_back() {
     let (pool, file) = database("dropped").await;
     let table = Table::new("jobs").cancel_requests("cancels");
     let keys = keys_of(&pool, &table).await;
-    let id = table.enqueue(&pool, Job::new("x")).await.unwrap();
+    let id = queue(&table).enqueue(&pool, Job::new("x")).await.unwrap();
     sqlx::query(
         "CREATE TRIGGER slow BEFORE DELETE ON jobs BEGIN SELECT COUNT(*) FROM \
          (WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 3000000) \
@@ -154,7 +160,8 @@ async fn a_dropped_cancellation_gives_its_key_back() {
     .execute(&pool)
     .await
     .unwrap();
-    let mut cancel = table.cancel(&pool, id);
+    let advisory = queue(&table);
+    let mut cancel = advisory.cancel(&pool, id);
     // Polled until it holds the key (its removal then runs for a while), then dropped.
     let started = tokio::time::Instant::now();
     while in_process::count(keys) == 0 {
@@ -175,7 +182,7 @@ async fn a_dropped_cancellation_gives_its_key_back() {
         .unwrap();
     assert_eq!(count(&pool, "SELECT COUNT(*) FROM jobs").await, 1);
     assert_eq!(
-        table.cancel(&pool, id).await.unwrap(),
+        queue(&table).cancel(&pool, id).await.unwrap(),
         Cancellation::Cancelled(id)
     );
     close(pool, file).await;

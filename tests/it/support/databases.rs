@@ -112,13 +112,13 @@ pub(crate) trait TestDb: Db + Backend<Row: TestRow> {
         conn: &mut Self::Connection,
         sql: &str,
     ) -> impl Future<Output = sqlx::Result<String>> + Send;
-    /// `Table::enqueue` on `conn` (a transaction or a delivery's).
+    /// `Queue::enqueue` on `conn` (a transaction or a delivery's), into an unnamed queue.
     fn enqueue_on(
         conn: &mut Self::Connection,
         table: &Table,
         job: Job<'_>,
     ) -> impl Future<Output = sqlx_queue::Result<i64>> + Send;
-    /// `Table::enqueue_many` on `conn`.
+    /// `Queue::enqueue_many` on `conn`: how many it enqueued.
     fn enqueue_many_on(
         conn: &mut Self::Connection,
         table: &Table,
@@ -173,7 +173,9 @@ macro_rules! test_db_calls {
             table: &Table,
             job: Job<'_>,
         ) -> sqlx_queue::Result<i64> {
-            table.enqueue(conn, job).await
+            sqlx_queue::Queue::table(table.clone())
+                .enqueue(conn, job)
+                .await
         }
 
         async fn enqueue_many_on(
@@ -181,7 +183,9 @@ macro_rules! test_db_calls {
             table: &Table,
             jobs: &[Job<'_>],
         ) -> sqlx_queue::Result<u64> {
-            table.enqueue_many(conn, jobs).await
+            let queue = sqlx_queue::Queue::table(table.clone());
+            let ids = queue.enqueue_many(conn, jobs).await?;
+            Ok(ids.len() as u64)
         }
     };
 }

@@ -8,7 +8,8 @@ async fn write(mut d: Delivery<Sqlite, Transactional>) -> Outcome {
     if written.is_err() {
         return Outcome::retry();
     }
-    match Table::new("welcome_jobs").enqueue(&mut *d.tx(), Job::new("a")).await {
+    let welcome = Queue::table(Table::new("welcome_jobs"));
+    match welcome.enqueue(&mut *d.tx(), Job::new("a")).await {
         Ok(_) => Outcome::ack(),
         Err(_) => Outcome::retry(),
     }
