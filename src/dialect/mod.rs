@@ -20,6 +20,7 @@ mod postgres;
 pub(crate) mod rate;
 mod requests;
 mod schedule;
+pub(crate) mod schema;
 mod sqlite;
 mod stmt;
 mod types;
