@@ -7,6 +7,7 @@
 mod cancel;
 mod headers;
 mod refuse;
+mod schema;
 mod tick;
 mod transaction;
 mod unique;
@@ -26,6 +27,7 @@ use crate::error::{Error, Result};
 use crate::table::{Dialect, Table, Value};
 
 pub use cancel::Cancellation;
+pub use schema::Schema;
 pub(crate) use tick::{Fired, Ticks};
 pub use unique_job::{Enqueued, OnDuplicate, UniqueJob};
 pub(crate) use wake::{wake, wakes};

@@ -230,6 +230,11 @@ pub struct SchemaError {
     pub statement: Option<String>,
     /// What is wrong, in words.
     pub reason: String,
+    /// The statements that would create what is missing, as the declaration needs it, when the
+    /// crate can write them: a missing table's `CREATE TABLE` (and its indexes), a missing
+    /// column's `ALTER TABLE .. ADD COLUMN`, a missing unique index's `CREATE UNIQUE INDEX`
+    /// (see [`Schema`](crate::Schema)). Each ends in `;`.
+    pub fix: Option<String>,
     /// The database's own error, when there is one.
     #[source]
     pub source: Option<sqlx::Error>,
@@ -249,6 +254,9 @@ impl SchemaError {
         if let Some(statement) = &self.statement {
             text.push_str(&format!("; statement: {statement}"));
         }
+        if let Some(fix) = &self.fix {
+            text.push_str(&format!("; create it with: {fix}"));
+        }
         text
     }
 }
@@ -266,8 +274,17 @@ impl Error {
             column: column.map(str::to_owned),
             statement: None,
             reason: reason.into(),
+            fix: None,
             source: None,
         }))
+    }
+
+    /// This error with `fix` as its [`SchemaError::fix`] (other errors as they are).
+    pub(crate) fn with_fix(mut self, fix: Option<String>) -> Self {
+        if let Error::Schema(schema) = &mut self {
+            schema.fix = fix;
+        }
+        self
     }
 
     pub(crate) fn declaration(queue: &str, reason: impl Into<String>) -> Self {

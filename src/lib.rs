@@ -20,7 +20,7 @@ pub use backend::Backend;
 pub use backoff::{Backoff, backoff};
 pub use config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, SqliteMode};
 pub use delivery::{Delivery, Mode, Outcome, Plain, Transactional, TransactionalMode, Tx};
-pub use enqueue::{Cancellation, Enqueued, Job, OnDuplicate, UniqueJob};
+pub use enqueue::{Cancellation, Enqueued, Job, OnDuplicate, Schema, UniqueJob};
 pub use error::{Error, Result, SchemaError};
 #[cfg(feature = "json")]
 pub use handler::JsonHandler;

@@ -91,6 +91,7 @@ impl Table {
             column: None,
             statement: Some(statement.to_owned()),
             reason,
+            fix: None,
             source: Some(error),
         }))
     }

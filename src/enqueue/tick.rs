@@ -62,7 +62,10 @@ impl Ticks {
                               key) and `last_tick` (a time): create it as the README's \
                               \"Periodic jobs\" shows, or name yours with \
                               `Runner::schedules_table`";
-                schema_error(label, &self.table, stmt, reason.to_owned(), error)
+                let fix = dialect::schema::schedules_table(DB::DIALECT, &self.table)
+                    .ok()
+                    .map(|sql| format!("{sql};"));
+                schema_error(label, &self.table, stmt, reason.to_owned(), error).with_fix(fix)
             })?;
         }
         Ok(())
@@ -151,7 +154,15 @@ impl Table {
                  table keeps them)",
                 self.unique_key.as_deref().unwrap_or_default()
             );
-            schema_error(label, &self.name, &insert, reason, error)
+            // The index alone where the table is there without it; else the whole table.
+            let fix = if super::unique::no_unique_index(&error) {
+                dialect::schema::unique_index(DB::DIALECT, self)
+            } else {
+                let mut plan = dialect::schema::Plan::default();
+                plan.queue(self, None, None).ok();
+                dialect::schema::fix_for(DB::DIALECT, &plan, &self.name)
+            };
+            schema_error(label, &self.name, &insert, reason, error).with_fix(fix)
         })
     }
 
@@ -213,6 +224,7 @@ fn schema_error(
         column: None,
         statement: Some(stmt.text().to_owned()),
         reason,
+        fix: None,
         source: Some(source),
     }))
 }

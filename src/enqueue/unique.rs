@@ -22,6 +22,7 @@ use crate::dialect::Names;
 use crate::error::{Error, Result};
 use crate::table::Table;
 use locks::KeyLocks;
+pub(super) use statements::no_unique_index;
 
 /// How often a key is looked for again when it was freed between the insert and the read.
 const ROUNDS: usize = 8;

@@ -10,6 +10,7 @@ use sqlx_core::transaction::TransactionManager as _;
 use crate::backend::{self, Backend, Q};
 use crate::config::{QueueConfig, RateLimit};
 use crate::dialect::rate::{RateStatements, statements};
+use crate::dialect::schema::limits_table;
 use crate::error::{Error, Result};
 use crate::table::{Pooler, Value};
 
@@ -149,6 +150,11 @@ impl<DB: Backend> Limiter<DB> {
                     "the rate limiter's table cannot be used ({error}): it needs the columns \
                      name (primary key), tokens, refilled_at and granted (see the README)"
                 ),
+            )
+            .with_fix(
+                limits_table(DB::DIALECT, &self.table)
+                    .ok()
+                    .map(|sql| format!("{sql};")),
             )
         })
     }

@@ -13,6 +13,7 @@ use super::{Custom, Dead, dead_table};
 use crate::backend::{Backend, ClaimColumns, Clock, Engine};
 use crate::config::{Event, FormKind, QueueConfig};
 use crate::delivery::{Outcome, Settle};
+use crate::dialect::schema::{self, Plan};
 use crate::dialect::{self, DeadTarget, Kind, Names, Stmt};
 use crate::error::{Error, Result, SchemaError};
 use crate::table::{DeadLetter, Dialect};
@@ -244,14 +245,15 @@ async fn dead_target<DB: Backend>(
     let missing =
         |column: Option<&str>, reason: &str| Error::schema(config.label(), dead, column, reason);
     if dead_columns.is_empty() {
-        return Err(missing(None, "the dead-letter table does not exist"));
+        let fix = schema::fix_for(dialect, &Plan::of(config), dead);
+        return Err(missing(None, "the dead-letter table does not exist").with_fix(fix));
     }
     for column in columns {
         let Some(Column { ty, .. }) = find_column(dialect, &dead_columns, &column.name) else {
-            return Err(missing(
-                Some(&column.name),
-                "the dead-letter table lacks a column of the queue table",
-            ));
+            // The queue table's own type: the move needs the same.
+            let fix = schema::add_typed(dialect, dead, &column.name, &column.ty).ok();
+            let reason = "the dead-letter table lacks a column of the queue table";
+            return Err(missing(Some(&column.name), reason).with_fix(fix));
         };
         // The payload moves as it is: the dead letter's column must hold the same kind.
         let payload = Kind::payload(config.table.payload_type);
@@ -296,6 +298,7 @@ pub(crate) async fn prepare_all<DB: Backend>(
                     column: None,
                     statement: Some(stmt.text().to_owned()),
                     reason: "the database refused to prepare a statement".to_owned(),
+                    fix: None,
                     source: Some(source),
                 }))
             })?;
@@ -313,8 +316,10 @@ async fn check_columns<DB: Backend>(
     let schema_error = |column: Option<&str>, reason: String| {
         Error::schema(config.label(), &table.name, column, reason)
     };
+    let plan = Plan::of(config);
     if columns.is_empty() {
-        return Err(schema_error(None, "the table does not exist".to_owned()));
+        let fix = schema::fix_for(DB::DIALECT, &plan, &table.name);
+        return Err(schema_error(None, "the table does not exist".to_owned()).with_fix(fix));
     }
 
     let mut roles = vec![
@@ -361,10 +366,9 @@ async fn check_columns<DB: Backend>(
 
     for (role, column, kind) in roles {
         let Some(Column { ty, nullable, .. }) = find_column(DB::DIALECT, &columns, column) else {
-            return Err(schema_error(
-                Some(column),
-                format!("the {role} column does not exist"),
-            ));
+            let fix = schema::add_column(DB::DIALECT, &plan, &table.name, column);
+            let reason = format!("the {role} column does not exist");
+            return Err(schema_error(Some(column), reason).with_fix(fix));
         };
         if !kind.accepts(DB::DIALECT, ty) {
             return Err(schema_error(

@@ -6,6 +6,7 @@ mod handlers;
 mod jobs;
 mod mount;
 mod rate;
+mod schema;
 pub mod state;
 
 use std::marker::PhantomData;

@@ -23,6 +23,7 @@ mod rate;
 mod requests;
 mod running;
 mod schedule;
+mod schema;
 mod server;
 mod stats;
 

@@ -298,6 +298,11 @@ pub(super) async fn check<DB: Backend>(pool: &Pool<DB>, config: &QueueConfig) ->
                 Some("id"),
                 format!("the cancel requests' table cannot be read: {error}"),
             )
+            .with_fix(
+                dialect::schema::requests_table(DB::DIALECT, table)
+                    .ok()
+                    .map(|sql| format!("{sql};")),
+            )
         })
 }
 

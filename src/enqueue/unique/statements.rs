@@ -242,13 +242,14 @@ impl Table {
                      on the column alone (partial on unfinished rows where the table keeps \
                      them: `WHERE processed_at IS NULL`)"
                 .to_owned(),
+            fix: dialect::schema::unique_index(DB::DIALECT, self),
             source: Some(error),
         }))
     }
 }
 
 /// Whether `error` says the conflict target has no unique index (PostgreSQL, SQLite).
-fn no_unique_index(error: &sqlx::Error) -> bool {
+pub(in crate::enqueue) fn no_unique_index(error: &sqlx::Error) -> bool {
     match error {
         sqlx::Error::Database(e) => {
             e.code().as_deref() == Some("42P10")

@@ -45,6 +45,11 @@ impl Scheduled {
     fn label(&self) -> String {
         format!("schedule `{}`", self.name)
     }
+
+    /// The table its jobs go into.
+    pub(in crate::runner) fn table(&self) -> &Table {
+        &self.table
+    }
 }
 
 impl<DB: Backend> Runner<DB> {
