@@ -232,8 +232,12 @@ pub(crate) async fn the_readme_queue_table_blocks_start_a_runner<DB: TestDb>() {
     for line in block[0].lines().skip(1) {
         let column = line.split_whitespace().next().unwrap_or_default();
         if !column.is_empty() && column != ")" && column != "INDEX" {
+            let quoted = match DB::LABEL {
+                "postgres" => format!("\"{column}\" "),
+                _ => format!("`{column}` "),
+            };
             assert!(
-                generated.statements()[0].contains(&format!("{column}")),
+                generated.statements()[0].contains(&quoted),
                 "{column}: {generated}"
             );
         }
