@@ -8,17 +8,24 @@ use sqlx_queue::{
     Backoff, DeadLetter, Delivery, Enqueued, Error, Job, Outcome, Queue, Runner, Schedule, Table,
 };
 
+use sqlx::Pool;
+
 use crate::support::{Ctx, TestDb};
 use crate::{create, drop_all, name};
 
 const README: &str = include_str!("../../README.md");
 
 /// Starts the runner `runner` makes until it starts, running the fix each `Error::Schema` names
-/// (which its message says); the fixes run, in order.
-async fn start_fixing<DB: TestDb>(ctx: &Ctx<DB>, runner: impl Fn() -> Runner<DB>) -> Vec<String> {
+/// (which its message says); the fixes run, in order. Each start is on a pool of its own, as an
+/// application restarted after the fix would have: on SQLite a connection whose statement failed
+/// to prepare for want of the unique index may fail so again after the index was created.
+async fn start_fixing<DB: TestDb>(
+    ctx: &Ctx<DB>,
+    runner: impl Fn(Pool<DB>) -> Runner<DB>,
+) -> Vec<String> {
     let mut fixes = Vec::new();
     for _ in 0..6 {
-        match runner().start().await {
+        match runner(ctx.pool(4).await).start().await {
             Ok(running) => {
                 running.shutdown().await.unwrap();
                 return fixes;
@@ -67,8 +74,8 @@ pub(crate) async fn a_missing_table_is_named_with_its_create_statement<DB: TestD
         .named("q")
         .lease("locked_until")
         .attempt("attempt");
-    let fixes = start_fixing(&ctx, || {
-        Runner::new(ctx.pool.clone()).mount(queue.clone().handler(ack::<DB>()))
+    let fixes = start_fixing(&ctx, |pool| {
+        Runner::new(pool).mount(queue.clone().handler(ack::<DB>()))
     })
     .await;
     assert_eq!(fixes.len(), 1, "{fixes:#?}");
@@ -97,8 +104,8 @@ pub(crate) async fn a_missing_column_is_named_with_its_alter_statement<DB: TestD
         .max_attempts(3)
         .dead_letter(DeadLetter::table(&dead))
         .backoff(Backoff::none());
-    let fixes = start_fixing(&ctx, || {
-        Runner::new(ctx.pool.clone()).mount(queue.clone().handler(ack::<DB>()))
+    let fixes = start_fixing(&ctx, |pool| {
+        Runner::new(pool).mount(queue.clone().handler(ack::<DB>()))
     })
     .await;
     assert_eq!(fixes.len(), 3, "{fixes:#?}");
@@ -135,15 +142,13 @@ pub(crate) async fn a_missing_unique_index_is_named_with_its_create_statement<DB
     .await;
     ctx.exec(&format!("ALTER TABLE {t} ADD COLUMN dedupe {}", DB::TEXT))
         .await;
-    let runner = || {
-        Runner::new(ctx.pool.clone())
-            .schedules_table(&schedules)
-            .schedule(
-                "fix",
-                Schedule::every(Duration::from_secs(3600)),
-                Table::new(&t).unique_key("dedupe"),
-                |_| Job::new("tick"),
-            )
+    let runner = |pool| {
+        Runner::new(pool).schedules_table(&schedules).schedule(
+            "fix",
+            Schedule::every(Duration::from_secs(3600)),
+            Table::new(&t).unique_key("dedupe"),
+            |_| Job::new("tick"),
+        )
     };
     let fixes = start_fixing(&ctx, runner).await;
     // SQLite matches the insert's conflict target to an index when it prepares it, at start.
