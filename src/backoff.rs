@@ -1,27 +1,9 @@
 //! Exponential backoff with jitter: the delay before a failed delivery's row returns
 //! (`Queue::backoff`, [`Outcome::fail`](crate::Outcome::fail)), and a helper for handlers that
-//! pick their own delays (`Outcome::retry_after(backoff(attempt))`).
+//! pick their own delays (`Outcome::retry_after(Backoff::default().delay(attempt))`).
 
 use std::hash::BuildHasher as _;
 use std::time::Duration;
-
-/// The delay before the retry of a row on its `attempt`-th delivery: [`Backoff::default`]'s,
-/// exponential from 2 s, doubling per attempt up to 1 hour, with jitter.
-///
-/// # Examples
-///
-/// ```
-/// use sqlx::Sqlite;
-/// use sqlx_queue::{Delivery, Outcome, backoff};
-///
-/// async fn send(d: Delivery<Sqlite>) -> Outcome {
-///     let sent = false; // ...
-///     if sent { Outcome::ack() } else { Outcome::retry_after(backoff(d.attempt())) }
-/// }
-/// ```
-pub fn backoff(attempt: u32) -> Duration {
-    Backoff::default().delay(attempt)
-}
 
 /// Exponential backoff with jitter: the delay after attempt `n` is `base × 2^(n−1)`, at most
 /// `max`, then a random point in its upper half ("equal jitter"), so retries of rows that failed
@@ -129,7 +111,7 @@ mod tests {
         }
         let spread: std::collections::HashSet<_> = (0..20).map(|_| backoff.delay(5)).collect();
         assert!(spread.len() > 1, "jittered");
-        assert!(super::backoff(1) <= Duration::from_secs(2));
+        assert!(Backoff::default().delay(1) <= Duration::from_secs(2));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What a queue is once mounted: the typestate of its builder erased into a plain configuration
 //! that the runner, the forms and the statements read (a runner takes it, with the queue's
-//! handler, through [`Mount`](crate::Mount)).
+//! handler, through [`Mount`](crate::state::Mount)).
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ mod by_key;
 pub(crate) use by_key::{BY_KEY_CLAIM_PER_WORKER, BY_KEY_IN_HAND_PER_WORKER, ByKey};
 
 /// The most deliveries one queue keeps in work at once.
-pub const MAX_WORKERS: usize = 10_000;
+pub(crate) const MAX_WORKERS: usize = 10_000;
 
 /// The most rows a queue of single deliveries claims ahead of its workers, per worker (the lease
 /// form and the advisory form's plain deliveries, while their handlers are quick: see the
@@ -21,7 +21,7 @@ pub const MAX_WORKERS: usize = 10_000;
 pub(crate) const AHEAD_PER_WORKER: usize = 3;
 
 /// The lease duration when none is given.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
 /// A settlement whose statement a service can replace with its own SQL
 /// ([`Queue::custom`](crate::Queue::custom)).

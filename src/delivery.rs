@@ -292,11 +292,11 @@ impl<DB: Backend> fmt::Debug for Tx<'_, DB> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sqlx_queue::{Outcome, backoff};
+/// use sqlx_queue::{Backoff, Outcome};
 ///
 /// let sent = false;
 /// let attempt = 3;
-/// let outcome = if sent { Outcome::ack() } else { Outcome::retry_after(backoff(attempt)) };
+/// let outcome = if sent { Outcome::ack() } else { Outcome::retry_after(Backoff::default().delay(attempt)) };
 /// assert_ne!(outcome, Outcome::ack());
 /// assert_eq!(Outcome::retry_after(Duration::ZERO), Outcome::retry_after(Duration::ZERO));
 /// ```

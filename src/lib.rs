@@ -17,20 +17,14 @@ mod runner;
 mod table;
 
 pub use backend::Backend;
-pub use backoff::{Backoff, backoff};
-pub use config::{DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, SqliteMode};
-pub use delivery::{Delivery, Mode, Outcome, Plain, Transactional, TransactionalMode, Tx};
+pub use backoff::Backoff;
+pub use config::{Event, Isolation, SqliteMode};
+pub use delivery::{Delivery, Outcome, Transactional, Tx};
 pub use enqueue::{Cancellation, Enqueued, Job, OnDuplicate, Schema, UniqueJob};
 pub use error::{Error, Result, SchemaError};
-#[cfg(feature = "json")]
-pub use handler::JsonHandler;
-pub use handler::{BatchHandler, Handler, IntoOutcome, Mount, RowHandler};
 pub use inspect::Counts;
 pub use queue::{Queue, state};
-pub use runner::{
-    DEFAULT_POLL_INTERVAL, DEFAULT_SCHEDULES_TABLE, DEFAULT_SHUTDOWN_TIMEOUT, Missed, Runner,
-    Running, Schedule, ShutdownReport, Stats,
-};
+pub use runner::{Missed, Runner, Running, Schedule, ShutdownReport, Stats};
 pub use table::{DeadLetter, Headers, PayloadType, Pooler, Table};
 
 #[cfg(feature = "internals")]

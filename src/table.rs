@@ -240,13 +240,14 @@ impl Table {
         self
     }
 
-    /// Says what stands between this process and the database server for the statements on this
-    /// table that run without a runner: enqueues and inspection ([`Runner::pooler`] says it for
-    /// a runner's queues, and a queue whose table says it is treated so too). Behind
-    /// [`Pooler::Transaction`] on PostgreSQL their statements run unprepared; an enqueue must
-    /// then run in a transaction (`&mut *tx`): see [`Pooler::Transaction`].
-    ///
-    /// [`Runner::pooler`]: crate::Runner::pooler
+    /// Says what stands between this process and the database server (default
+    /// [`Pooler::None`]), for every statement on this table: its queues' enqueues, inspection
+    /// and runners. Behind [`Pooler::Transaction`] (PgBouncer's `pool_mode = transaction`) on
+    /// PostgreSQL every statement runs unprepared, in a transaction; an enqueue must run in the
+    /// caller's transaction (`&mut *tx`); [`Runner::start`](crate::Runner::start) refuses what
+    /// needs one server session (the advisory lock form, `.listen_notify()`), and a runner
+    /// whose tables (its queues' and its schedules') say it differently: one pool has one way
+    /// to the server. See [`Pooler::Transaction`].
     pub fn pooler(mut self, pooler: Pooler) -> Self {
         self.pooler = pooler;
         self

@@ -12,7 +12,7 @@ use crate::handler::{HandlesJson, JsonHandler};
 impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// The handler: an `async fn(Delivery<DB, M>) -> Outcome` (or a closure returning an
     /// `async move` block), called once per delivery ([`Handler`]). It may return anything that
-    /// is [`IntoOutcome`](crate::IntoOutcome), such as `Result<(), E>`. Its deliveries are the
+    /// is [`IntoOutcome`](crate::state::IntoOutcome), such as `Result<(), E>`. Its deliveries are the
     /// queue's: `Delivery<DB>` on a plain queue, `Delivery<DB, Transactional>` on a
     /// [`transactional`](Queue::transactional) one.
     pub fn handler<DB, HM, Fun>(self, f: Fun) -> Queue<F, A, C, M, B, Handles<DB, HM, Fun>>

@@ -1,5 +1,5 @@
 //! The queue builder: a typestate chain that only lets valid queues be mounted. The typestate
-//! ends at mount: [`Mount`](crate::Mount) hands the runner a plain configuration and a handler.
+//! ends at mount: [`Mount`](crate::state::Mount) hands the runner a plain configuration and a handler.
 
 mod by_key;
 mod handlers;
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::backoff::Backoff;
 use crate::config::{ByKey, DEFAULT_LEASE, Event, Isolation, MAX_WORKERS, RateLimit, SqliteMode};
-use crate::delivery::Plain;
+use crate::delivery::{Plain, Transactional};
 use crate::table::{DeadLetter, Table};
 use state::*;
 
@@ -197,7 +197,7 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     #[track_caller]
     pub fn lease_duration(mut self, duration: Duration) -> Self
     where
-        F: LeaseForm,
+        F: HasLease,
     {
         assert!(
             duration >= Duration::from_millis(10),

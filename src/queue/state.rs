@@ -2,12 +2,15 @@
 //!
 //! Each state is a type carrying its own data; each builder method exists in every state and
 //! is gated by a `where` bound on one of the sealed traits here, whose compile error names the
-//! call that is missing. You never name these types unless you write a queue's full type out.
+//! call that is missing. The traits shown here are the gates such an error names, the handler
+//! traits a handler must meet and [`Mount`], the bound of [`Runner::queue`](crate::Runner::mount);
+//! the state types themselves are hidden: you never name them unless you write a queue's full
+//! type out.
 
 use std::time::Duration;
 
 use crate::config::FormKind;
-use crate::delivery::Mode;
+use crate::delivery::Transactional;
 use crate::table::DeadLetter;
 
 pub(crate) mod sealed {
@@ -15,23 +18,31 @@ pub(crate) mod sealed {
 }
 use sealed::Sealed;
 
-pub use crate::delivery::{Plain, Transactional};
+pub use crate::delivery::{Mode, Plain, TransactionalMode};
 #[cfg(feature = "json")]
+#[doc(hidden)]
 pub use crate::handler::HandlesJson;
+#[cfg(feature = "json")]
+pub use crate::handler::JsonHandler;
+pub use crate::handler::{BatchHandler, Handler, IntoOutcome, Mount, RowHandler};
+#[doc(hidden)]
 pub use crate::handler::{Handles, HandlesBatches, HandlesRows};
 
 // ---- claim form ------------------------------------------------------------------------------
 
 /// No claim form chosen yet.
 #[derive(Debug, Clone, Copy, Default)]
+#[doc(hidden)]
 pub struct NoForm;
 
 /// The row lock form: `FOR UPDATE SKIP LOCKED`, the claim's transaction holds the row.
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct RowLock;
 
 /// The lease form: a `locked_until` token committed at once, extended while the handler works.
 #[derive(Debug, Clone)]
+#[doc(hidden)]
 pub struct Lease {
     pub(crate) column: String,
     pub(crate) duration: Duration,
@@ -39,6 +50,7 @@ pub struct Lease {
 
 /// The advisory lock form: a session lock on the row's key.
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct AdvisoryLock;
 
 impl Sealed for NoForm {}
@@ -86,6 +98,7 @@ impl ClaimForm for AdvisoryLock {
 
 /// What a queue's claim form, if it has one yet, says of its rows to the calls on the declared
 /// queue (enqueue, cancel, counts): none before a form is chosen.
+#[doc(hidden)]
 pub trait FormState: Sealed {
     #[doc(hidden)]
     #[allow(private_interfaces)]
@@ -152,11 +165,11 @@ impl FormOn<sqlx::MySql> for RowLock {}
     message = "`lease_duration` needs the lease form",
     label = "call `.lease(\"locked_until\")` first"
 )]
-pub trait LeaseForm: Sealed {
+pub trait HasLease: Sealed {
     #[doc(hidden)]
     fn set_duration(&mut self, duration: Duration);
 }
-impl LeaseForm for Lease {
+impl HasLease for Lease {
     fn set_duration(&mut self, duration: Duration) {
         self.duration = duration;
     }
@@ -166,10 +179,12 @@ impl LeaseForm for Lease {
 
 /// No attempt column: deliveries are not counted.
 #[derive(Debug, Clone, Copy, Default)]
+#[doc(hidden)]
 pub struct NoAttempt;
 
 /// An attempt column that counts deliveries.
 #[derive(Debug, Clone)]
+#[doc(hidden)]
 pub struct AttemptColumn(pub(crate) String);
 
 impl Sealed for NoAttempt {}
@@ -192,6 +207,7 @@ pub trait HasAttemptColumn: Sealed {}
 impl HasAttemptColumn for AttemptColumn {}
 
 /// The attempt column, if any, for the plain configuration.
+#[doc(hidden)]
 pub trait AttemptState: Sealed {
     #[doc(hidden)]
     fn into_column(self) -> Option<String>;
@@ -219,14 +235,17 @@ impl AttemptState for AttemptColumn {
 
 /// No cap: a row is retried for as long as its handler asks.
 #[derive(Debug, Clone, Copy, Default)]
+#[doc(hidden)]
 pub struct NoCap;
 
 /// A cap without its dead letter yet: not mountable.
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct MaxAttempts(pub(crate) u32);
 
 /// A cap and where a row goes when it reaches it.
 #[derive(Debug, Clone)]
+#[doc(hidden)]
 pub struct DeadLettered {
     pub(crate) max_attempts: u32,
     pub(crate) to: DeadLetter,
@@ -260,6 +279,7 @@ impl HasMaxAttempts for MaxAttempts {
 }
 
 /// The queue's dead letter, if it has one yet, for the calls on the declared queue.
+#[doc(hidden)]
 pub trait CapState: Sealed {
     #[doc(hidden)]
     fn dead_letter(&self) -> Option<&DeadLetter>;
@@ -332,16 +352,19 @@ impl NotTransactional for Plain {}
 
 /// One row per delivery (the default).
 #[derive(Debug, Clone, Copy, Default)]
+#[doc(hidden)]
 pub struct Single;
 
 /// Up to `n` rows per claim, handled together.
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct Batched(pub(crate) usize);
 
 impl Sealed for Single {}
 impl Sealed for Batched {}
 
 /// Batch size, if any, for the plain configuration.
+#[doc(hidden)]
 pub trait BatchState: Sealed {
     #[doc(hidden)]
     fn size(&self) -> Option<usize>;
@@ -386,6 +409,7 @@ impl BatchedDeliveries for Batched {}
 
 /// No handler yet.
 #[derive(Debug, Clone, Copy, Default)]
+#[doc(hidden)]
 pub struct NoHandler;
 
 impl Sealed for NoHandler {}

@@ -44,19 +44,20 @@ use crate::table::Pooler;
 use launch::Launch;
 use queue::Shared;
 pub use running::Running;
-pub use schedule::{DEFAULT_SCHEDULES_TABLE, Missed, Schedule};
+use schedule::DEFAULT_SCHEDULES_TABLE;
+pub use schedule::{Missed, Schedule};
 use schedule::{Scheduled, Started};
 use stats::Counters;
 pub use stats::{ShutdownReport, Stats};
 
 /// How often an idle queue looks for rows when nothing wakes it (default).
-pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often a running runner measures its offset to the server's clock again.
 const CLOCK_INTERVAL: Duration = Duration::from_secs(60);
 
 /// How long [`Running::shutdown`] waits for handlers in work before cancelling them (default).
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs mounted queues on a pool: claims rows, runs their handlers, settles each delivery.
 ///
@@ -110,17 +111,6 @@ impl<DB: Backend> Runner<DB> {
             #[cfg(feature = "metrics")]
             gauges: None,
         }
-    }
-
-    /// Says what stands between this runner's pool and the database server (default
-    /// [`Pooler::None`]): behind [`Pooler::Transaction`] (PgBouncer's `pool_mode = transaction`)
-    /// [`start`](Runner::start) refuses what needs one server session — the advisory lock form,
-    /// `.listen_notify()` — and every statement runs unprepared, in a transaction. It applies to
-    /// every queue mounted; a queue whose [`Table::pooler`](crate::Table::pooler) says so is
-    /// treated so on any runner.
-    pub fn pooler(mut self, pooler: Pooler) -> Self {
-        self.pooler = pooler;
-        self
     }
 
     /// How often an idle queue looks for rows (default 1 s). An enqueue through this crate in
@@ -184,12 +174,11 @@ impl<DB: Backend> Runner<DB> {
         check_pool(&self.pool, &self.queues)?;
         // Apart from their launches, which hold the handlers (`Send`, not `Sync`): the future
         // of `start` holds no reference to a launch across an await, so that it is `Send`.
-        let (mut configs, launches): (Vec<QueueConfig>, Vec<Box<dyn Launch<DB>>>) =
+        let (configs, launches): (Vec<QueueConfig>, Vec<Box<dyn Launch<DB>>>) =
             std::mem::take(&mut self.queues).into_iter().unzip();
-        for config in &mut configs {
-            if self.pooler == Pooler::Transaction {
-                config.table.pooler = Pooler::Transaction;
-            }
+        let schedules = self.schedules.iter().map(|s| (s.label(), s.table()));
+        self.pooler = server::one_pooler(&configs, schedules)?;
+        for config in &configs {
             server::check_pooler(DB::DIALECT, config)?;
         }
         let clock = Clock::default();

@@ -51,6 +51,38 @@ pub(super) fn check_engine(engine: Engine, config: &QueueConfig) -> Result<()> {
     Ok(())
 }
 
+/// What stands between the runner's pool and the server, as its tables say it (each
+/// [`Table::pooler`](crate::Table::pooler): the queues' and the schedules' job tables). One
+/// pool has one way to the server: tables that say it differently are refused.
+pub(super) fn one_pooler<'a>(
+    configs: &'a [QueueConfig],
+    schedules: impl IntoIterator<Item = (String, &'a crate::table::Table)>,
+) -> Result<Pooler> {
+    let mut said: Option<(String, Pooler)> = None;
+    let tables = configs
+        .iter()
+        .map(|config| (config.label().to_owned(), &config.table))
+        .chain(schedules);
+    for (owner, table) in tables {
+        match &said {
+            None => said = Some((owner, table.pooler)),
+            Some((first, pooler)) if *pooler != table.pooler => {
+                return Err(Error::declaration(
+                    &owner,
+                    format!(
+                        "its table `{}` says `{:?}` and {first}'s `{:?}`: a runner's queues and \
+                         schedules share one pool, so their tables must say one \
+                         `Table::pooler`",
+                        table.name, table.pooler, pooler
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(said.map_or(Pooler::None, |(_, pooler)| pooler))
+}
+
 /// Refuses, behind a transaction pooler, what needs one server session across transactions.
 pub(super) fn check_pooler(dialect: Dialect, config: &QueueConfig) -> Result<()> {
     let queue = config.label();

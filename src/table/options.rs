@@ -52,7 +52,7 @@ impl DeadLetter {
 /// What stands between the application and the database server: a connection pooler that hands
 /// a client a server session for one transaction at a time changes what the crate may rely on
 /// (a session lock, a listening connection, a statement prepared on the session).
-/// [`Runner::pooler`](crate::Runner::pooler) and [`Table::pooler`](crate::Table::pooler) say it.
+/// [`Table::pooler`](crate::Table::pooler) says it, once for every call and runner on the table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Pooler {

@@ -78,7 +78,7 @@ const LEASE: Duration = Duration::from_secs(2);
 
 async fn start<DB: TestDb>(
     ctx: &Ctx<DB>,
-    queue: impl sqlx_queue::Mount<DB>,
+    queue: impl sqlx_queue::state::Mount<DB>,
 ) -> sqlx_queue::Running {
     Runner::new(ctx.pool.clone())
         .poll_interval(Duration::from_millis(50))

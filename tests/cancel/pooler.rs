@@ -69,9 +69,7 @@ async fn in_work_through_the_pooler<F: Form<Postgres>>() {
             Outcome::ack()
         }
     };
-    let runner = Runner::new(pool.clone())
-        .pooler(Pooler::Transaction)
-        .poll_interval(POLL);
+    let runner = Runner::new(pool.clone()).poll_interval(POLL);
     let running = runner
         .mount(declared.clone().handler(handler))
         .start()

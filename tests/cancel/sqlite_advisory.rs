@@ -41,7 +41,7 @@ async fn advisory_table(ctx: &mut Ctx<Sqlite>, spec: Spec) -> (String, Queue<Adv
     (t, table)
 }
 
-async fn start(ctx: &Ctx<Sqlite>, queue: impl sqlx_queue::Mount<Sqlite>) -> Running {
+async fn start(ctx: &Ctx<Sqlite>, queue: impl sqlx_queue::state::Mount<Sqlite>) -> Running {
     Runner::new(ctx.pool.clone())
         .poll_interval(POLL)
         .mount(queue)

@@ -31,7 +31,7 @@ pub(crate) trait Form<DB: Backend>: Send + Sync + 'static {
     /// Gives `queue` this form, the lease form on `locked_until` with its default duration.
     #[allow(dead_code, reason = "tests/reliability gives every queue its lease")]
     fn apply<A, C, M, B, H>(queue: Queue<NoForm, A, C, M, B, H>) -> Queue<Self::F, A, C, M, B, H> {
-        Self::apply_leasing(queue, sqlx_queue::DEFAULT_LEASE)
+        Self::apply_leasing(queue, std::time::Duration::from_secs(30))
     }
 }
 

@@ -4,7 +4,7 @@ use sqlx_queue::{Delivery, Error, Isolation, Outcome, Queue, Runner, Table};
 
 use crate::support::{Ctx, Form, Spec, TestDb};
 
-async fn reason<DB: TestDb>(ctx: &Ctx<DB>, queue: impl sqlx_queue::Mount<DB>) -> String {
+async fn reason<DB: TestDb>(ctx: &Ctx<DB>, queue: impl sqlx_queue::state::Mount<DB>) -> String {
     match Runner::new(ctx.pool.clone()).mount(queue).start().await {
         Err(Error::Declaration { reason, .. } | Error::Unsupported { reason, .. }) => reason,
         Err(other) => panic!("another error: {other}"),

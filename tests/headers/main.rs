@@ -148,7 +148,7 @@ pub(crate) fn awkward() -> Map {
 }
 
 /// A delivery's headers as a map (through both accessors, which must agree).
-pub(crate) fn read<DB: TestDb, M: sqlx_queue::Mode>(d: &sqlx_queue::Delivery<DB, M>) -> Map {
+pub(crate) fn read<DB: TestDb, M: sqlx_queue::state::Mode>(d: &sqlx_queue::Delivery<DB, M>) -> Map {
     let map: Map = d
         .headers()
         .iter()

@@ -7,7 +7,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx_queue::{Delivery, Job, Mount, Outcome, Queue, Runner, Running, Table};
+use sqlx_queue::state::Mount;
+use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Running, Table};
 use tokio::sync::mpsc;
 
 use crate::support::{Ctx, Spec, TestDb, recv, wait_for};

@@ -71,7 +71,7 @@ async fn enqueue(pool: &PgPool, name: &str, n: usize) {
 /// Each payload's attempts as the handlers saw them, acked or retried.
 type Seen = Arc<Mutex<HashMap<String, Vec<(u32, bool)>>>>;
 
-fn record(seen: &Seen, d: &Delivery<Postgres, impl sqlx_queue::Mode>, acked: bool) {
+fn record(seen: &Seen, d: &Delivery<Postgres, impl sqlx_queue::state::Mode>, acked: bool) {
     let payload = String::from_utf8_lossy(d.payload()).into_owned();
     let mut seen = seen.lock().unwrap();
     seen.entry(payload).or_default().push((d.attempt(), acked));
@@ -94,7 +94,7 @@ fn each_acked_once(seen: &Seen, n: usize) {
 }
 
 /// Retries the first attempt of every third payload, acks the rest.
-fn outcome(d: &Delivery<Postgres, impl sqlx_queue::Mode>) -> bool {
+fn outcome(d: &Delivery<Postgres, impl sqlx_queue::state::Mode>) -> bool {
     let n: usize = String::from_utf8_lossy(d.payload()).parse().unwrap();
     !(n.is_multiple_of(3) && d.attempt() == 1)
 }
@@ -120,7 +120,7 @@ async fn the_lease_form_drains_through_a_transaction_pooler() {
     let mut running = Vec::new();
     for pool in [&pool, &other] {
         let seen = Arc::clone(&seen);
-        let queue = Queue::table(table(&name))
+        let queue = Queue::table(table(&name).pooler(Pooler::Transaction))
             .named("q")
             .lease("locked_until")
             .attempt("attempt")
@@ -137,7 +137,6 @@ async fn the_lease_form_drains_through_a_transaction_pooler() {
                 }
             });
         let runner = Runner::new(pool.clone())
-            .pooler(Pooler::Transaction)
             .poll_interval(Duration::from_millis(50))
             .mount(queue);
         running.push(runner.start().await.unwrap());
@@ -261,14 +260,13 @@ async fn the_row_lock_form_drains_through_a_transaction_pooler() {
         }
     };
     // Each delivery holds its claim's transaction, so its server session, until it settles.
-    let queue = Queue::table(table(&name))
+    let queue = Queue::table(table(&name).pooler(Pooler::Transaction))
         .named("q")
         .row_lock()
         .attempt("attempt")
         .workers(3)
         .handler(handler);
     let running = Runner::new(pool.clone())
-        .pooler(Pooler::Transaction)
         .poll_interval(Duration::from_millis(50))
         .mount(queue)
         .start()
@@ -338,18 +336,7 @@ async fn what_needs_one_session_is_refused_at_start_behind_a_transaction_pooler(
         other => panic!("{what}: {other}"),
     };
 
-    // The advisory lock form, said on the runner and said on the table.
-    let advisory = Queue::table(table(&name))
-        .named("q")
-        .advisory_lock()
-        .handler(handler);
-    let error = Runner::new(pool.clone())
-        .pooler(Pooler::Transaction)
-        .mount(advisory)
-        .start()
-        .await
-        .unwrap_err();
-    refused(error, "advisory");
+    // The advisory lock form.
     let advisory = Queue::table(table(&name).pooler(Pooler::Transaction))
         .named("q")
         .advisory_lock()
@@ -362,13 +349,12 @@ async fn what_needs_one_session_is_refused_at_start_behind_a_transaction_pooler(
     refused(error, "advisory");
 
     // `.listen_notify()`.
-    let listening = Queue::table(table(&name))
+    let listening = Queue::table(table(&name).pooler(Pooler::Transaction))
         .named("q")
         .lease("locked_until")
         .listen_notify()
         .handler(handler);
     let error = Runner::new(pool.clone())
-        .pooler(Pooler::Transaction)
         .mount(listening)
         .start()
         .await
@@ -388,5 +374,28 @@ async fn what_needs_one_session_is_refused_at_start_behind_a_transaction_pooler(
         .shutdown()
         .await
         .unwrap();
+
+    // The pooler is said on the tables; a runner's tables that say it differently are refused
+    // (one pool, one way to the server).
+    let pooled = Queue::table(table(&name).pooler(Pooler::Transaction))
+        .named("a")
+        .lease("locked_until")
+        .handler(handler);
+    let direct = Queue::table(table(&name))
+        .named("b")
+        .lease("locked_until")
+        .handler(handler);
+    let error = Runner::new(pool.clone())
+        .mount(pooled)
+        .mount(direct)
+        .start()
+        .await
+        .unwrap_err();
+    match error {
+        Error::Declaration { reason, .. } => {
+            assert!(reason.contains("one `Table::pooler`"), "{reason}");
+        }
+        other => panic!("tables disagreeing on the pooler: {other}"),
+    }
     ctx.drop_tables().await;
 }

@@ -111,7 +111,7 @@ fn gated<DB: TestDb>(
     table: &str,
     gate: Arc<Semaphore>,
     started: mpsc::UnboundedSender<i64>,
-) -> impl sqlx_queue::Mount<DB> {
+) -> impl sqlx_queue::state::Mount<DB> {
     Queue::table(jobs(table))
         .lease("locked_until")
         .attempt("attempt")

@@ -41,7 +41,7 @@ fn held_queue<DB: TestDb>(
     queue: &'static str,
     gate: &Arc<Semaphore>,
     seen: mpsc::UnboundedSender<i64>,
-) -> impl sqlx_queue::Mount<DB> {
+) -> impl sqlx_queue::state::Mount<DB> {
     let gate = Arc::clone(gate);
     // With priorities, the lease form claims no rows ahead of its one worker: the rows after the
     // one in work stay ready.

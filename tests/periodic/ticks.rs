@@ -86,7 +86,7 @@ async fn runner<DB: TestDb>(
 pub(crate) fn consumer<DB: TestDb>(
     t: &str,
     seen: &Arc<Mutex<Vec<DateTime<Utc>>>>,
-) -> impl sqlx_queue::Mount<DB> {
+) -> impl sqlx_queue::state::Mount<DB> {
     let seen = Arc::clone(seen);
     Queue::table(jobs(t))
         .lease("locked_until")

@@ -32,7 +32,7 @@ async fn a_rate_limit_behind_a_transaction_pooler() {
     let mut runners = Vec::new();
     for _ in 0..2 {
         let recorded = Arc::clone(&starts);
-        let queue = Queue::table(Table::new(&t).limits(&l))
+        let queue = Queue::table(Table::new(&t).limits(&l).pooler(Pooler::Transaction))
             .lease("locked_until")
             .workers(4)
             .rate_limit(100, Duration::from_secs(1))
@@ -42,14 +42,7 @@ async fn a_rate_limit_behind_a_transaction_pooler() {
                 std::future::ready(Outcome::ack())
             });
         let pool = pooled(4).await.expect("the pooler");
-        runners.push(
-            Runner::new(pool)
-                .pooler(Pooler::Transaction)
-                .mount(queue)
-                .start()
-                .await
-                .unwrap(),
-        );
+        runners.push(Runner::new(pool).mount(queue).start().await.unwrap());
     }
     ctx.wait_none(&t, "1 = 1", 20).await;
     let statements: u64 = runners.iter().map(|r| r.stats().rate_statements).sum();

@@ -25,7 +25,7 @@ use crate::table::Table;
 pub(super) use start::{Scheduled, Started};
 
 /// The schedules table's name when [`Runner::schedules_table`] does not name one.
-pub const DEFAULT_SCHEDULES_TABLE: &str = "sqlx_queue_schedules";
+pub(crate) const DEFAULT_SCHEDULES_TABLE: &str = "sqlx_queue_schedules";
 
 /// When a periodic job's ticks fall: every fixed period ([`Schedule::every`]) or by a cron
 /// expression ([`Schedule::cron`], the `cron` feature), and what a runner does with ticks that
@@ -226,7 +226,7 @@ impl<DB: Backend> Runner<DB> {
     }
 
     /// The table where this runner's schedules record their last tick (default
-    /// [`DEFAULT_SCHEDULES_TABLE`], `sqlx_queue_schedules`): `name` a text primary key,
+    /// `sqlx_queue_schedules`): `name` a text primary key,
     /// `last_tick` a time, as the README's "Periodic jobs" shows. Every runner of a schedule
     /// must name the same table.
     pub fn schedules_table(mut self, table: impl Into<String>) -> Self {

@@ -42,7 +42,7 @@ impl Scheduled {
         }
     }
 
-    fn label(&self) -> String {
+    pub(in crate::runner) fn label(&self) -> String {
         format!("schedule `{}`", self.name)
     }
 
@@ -71,10 +71,7 @@ impl<DB: Backend> Runner<DB> {
         }
         let checked = async {
             ticks.check::<DB>(&mut conn, &first).await?;
-            for s in &mut self.schedules {
-                if pooled {
-                    s.table.pooler = Pooler::Transaction;
-                }
+            for s in &self.schedules {
                 s.table.check_ticks::<DB>(&mut conn, &s.label()).await?;
             }
             Ok::<_, Error>(())
