@@ -36,7 +36,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Unnamed, the queue serves every account; 4 workers, each account's rows on one of them.
     let ledger = Queue::table(Table::new("ledger_jobs").group("account"))
         .lease("locked_until")
-        .workers_by_key(4);
+        .workers(4)
+        .by_key(sqlx_queue::ByKey::group());
     let mut jobs = Vec::new();
     for entry in 1..=5 {
         for account in ["alice", "bob", "carol"] {

@@ -10,7 +10,8 @@ use crate::table::{DeadLetter, Dialect, Table};
 
 mod by_key;
 
-pub(crate) use by_key::{BY_KEY_CLAIM_PER_WORKER, BY_KEY_IN_HAND_PER_WORKER, ByKey};
+pub use by_key::ByKey;
+pub(crate) use by_key::{BY_KEY_CLAIM_PER_WORKER, BY_KEY_IN_HAND_PER_WORKER};
 
 /// The most deliveries one queue keeps in work at once.
 pub(crate) const MAX_WORKERS: usize = 10_000;
@@ -59,7 +60,7 @@ pub enum Isolation {
 }
 
 /// How a transactional queue's transactions begin on SQLite
-/// ([`Queue::sqlite_mode`](crate::Queue::sqlite_mode)).
+/// ([`Queue::isolation`](crate::Queue::isolation)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum SqliteMode {
@@ -71,19 +72,57 @@ pub enum SqliteMode {
     Exclusive,
 }
 
-/// A queue's rate limit ([`Queue::rate_limit`](crate::Queue::rate_limit)): `n` deliveries
-/// started per `per`, from a bucket of at most `burst` tokens.
+/// A queue's rate limit ([`Queue::rate_limit`](crate::Queue::rate_limit)): at most `n`
+/// deliveries started per `per`, from a bucket of at most `burst` tokens (default `n`).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use sqlx_queue::RateLimit;
+///
+/// // 200 a second, at most 10 at once after a quiet spell.
+/// let limit = RateLimit::new(200, Duration::from_secs(1)).burst(10);
+/// # let _ = limit;
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RateLimit {
+pub struct RateLimit {
     pub(crate) n: u32,
     pub(crate) per: Duration,
     pub(crate) burst: u32,
 }
 
 impl RateLimit {
-    /// `n` per `per`, with a burst of `n`.
-    pub(crate) fn new(n: u32, per: Duration) -> Self {
+    /// At most `n` deliveries started per `per`, with a burst of `n` (one period's worth).
+    ///
+    /// # Panics
+    ///
+    /// `n` is 0, or `per` is zero.
+    #[track_caller]
+    pub fn new(n: u32, per: Duration) -> Self {
+        assert!(
+            n > 0,
+            "RateLimit::new needs at least 1 delivery per period, got 0"
+        );
+        assert!(
+            !per.is_zero(),
+            "RateLimit::new needs a period longer than zero"
+        );
         RateLimit { n, per, burst: n }
+    }
+
+    /// How many tokens the queue may save while it is idle, to start at once later (default:
+    /// `n`, one period's worth). Over any stretch of time `t` the queue starts at most
+    /// `burst + n × t / per` deliveries; a burst of 1 spaces every start evenly.
+    ///
+    /// # Panics
+    ///
+    /// `burst` is 0.
+    #[track_caller]
+    pub fn burst(mut self, burst: u32) -> Self {
+        assert!(burst > 0, "RateLimit::burst must be at least 1, got 0");
+        self.burst = burst;
+        self
     }
 
     /// Tokens refilled per second.
@@ -219,18 +258,6 @@ impl QueueConfig {
                 ),
             ));
         }
-        if self.isolation.is_some() && dialect == Dialect::Sqlite {
-            return Err(Error::unsupported(
-                queue,
-                "SQLite has no isolation levels: use `.sqlite_mode(..)`",
-            ));
-        }
-        if self.sqlite_mode.is_some() && dialect != Dialect::Sqlite {
-            return Err(Error::unsupported(
-                queue,
-                "`.sqlite_mode(..)` is for SQLite: use `.isolation(..)`",
-            ));
-        }
         let above_read_committed = !matches!(self.isolation, None | Some(Isolation::ReadCommitted));
         if dialect == Dialect::MySql && self.form == FormKind::RowLock && above_read_committed {
             return Err(Error::unsupported(
@@ -238,12 +265,6 @@ impl QueueConfig {
                 "the row lock form claims with a locking read, which above READ COMMITTED takes \
                  gap locks on MySQL/MariaDB that block inserts: keep `Isolation::ReadCommitted`, \
                  or use the lease or advisory lock form",
-            ));
-        }
-        if self.per_group == Some(0) {
-            return Err(Error::declaration(
-                queue,
-                "`.per_group(0)` would never claim a row: give it at least 1",
             ));
         }
         match (&self.form, self.per_group) {

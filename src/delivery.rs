@@ -25,8 +25,16 @@ pub struct Plain;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Transactional;
 
+/// Transactional mode whose transactions' isolation the queue sets
+/// ([`Queue::isolation`](crate::Queue::isolation)): `L` is [`Isolation`](crate::Isolation) or
+/// [`SqliteMode`](crate::SqliteMode), checked against the database at mount.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Isolated<L>(std::marker::PhantomData<fn() -> L>);
+
 impl sealed::Sealed for Plain {}
 impl sealed::Sealed for Transactional {}
+impl<L> sealed::Sealed for Isolated<L> {}
 
 /// A delivery mode: [`Plain`] or [`Transactional`].
 pub trait Mode: sealed::Sealed + Send + Sync + 'static {
@@ -37,6 +45,9 @@ impl Mode for Plain {
     const TRANSACTIONAL: bool = false;
 }
 impl Mode for Transactional {
+    const TRANSACTIONAL: bool = true;
+}
+impl<L: 'static> Mode for Isolated<L> {
     const TRANSACTIONAL: bool = true;
 }
 

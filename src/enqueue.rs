@@ -29,7 +29,7 @@ use crate::table::{Dialect, Table, Value};
 pub use cancel::Cancellation;
 pub use schema::Schema;
 pub(crate) use tick::{Fired, Ticks};
-pub use unique_job::{Enqueued, OnDuplicate, UniqueJob};
+pub use unique_job::{Enqueued, UniqueJob};
 pub(crate) use wake::{wake, wakes};
 
 /// Statements of a bulk enqueue take at most this many bound values (every database allows

@@ -272,6 +272,7 @@ pub(crate) mod sealed {
 pub trait Serves<H: Mode>: Mode {}
 impl Serves<Plain> for Plain {}
 impl Serves<crate::delivery::Transactional> for crate::delivery::Transactional {}
+impl<L: 'static> Serves<crate::delivery::Transactional> for crate::delivery::Isolated<L> {}
 
 #[cfg(test)]
 mod tests {

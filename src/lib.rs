@@ -18,9 +18,9 @@ mod table;
 
 pub use backend::Backend;
 pub use backoff::Backoff;
-pub use config::{Event, Isolation, SqliteMode};
+pub use config::{ByKey, Event, Isolation, RateLimit, SqliteMode};
 pub use delivery::{Delivery, Outcome, Transactional, Tx};
-pub use enqueue::{Cancellation, Enqueued, Job, OnDuplicate, Schema, UniqueJob};
+pub use enqueue::{Cancellation, Enqueued, Job, Schema, UniqueJob};
 pub use error::{Error, Result, SchemaError};
 pub use inspect::Counts;
 pub use queue::{Queue, state};

@@ -94,7 +94,7 @@ macro_rules! guarded {
         let queue = match $guard {
             "fifo" => queue.fifo(),
             "per_group4" => queue.per_group(4),
-            "rate" => queue.rate_limit(1_000_000, Duration::from_secs(1)),
+            "rate" => queue.rate_limit(sqlx_queue::RateLimit::new(1_000_000, Duration::from_secs(1))),
             _ => queue,
         };
         let queue = queue.handler(|_: Delivery<$db>| std::future::ready(Outcome::ack()));

@@ -11,7 +11,7 @@ use crate::table::Table;
 /// What an enqueue of a unique job does when an unfinished job already holds its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum OnDuplicate {
+pub(crate) enum OnDuplicate {
     /// Insert nothing and report the existing job ([`Enqueued::Duplicate`]).
     Skip,
     /// Give the existing job this job's payload, headers, priority and due time, unless it is in work
@@ -34,14 +34,13 @@ pub enum OnDuplicate {
 ///
 /// ```
 /// use std::time::Duration;
-/// use sqlx_queue::{Job, OnDuplicate};
+/// use sqlx_queue::Job;
 ///
 /// let job = Job::new("refresh").unique("refresh:account:42").debounce(
 ///     Duration::from_secs(5),
 ///     Duration::from_secs(60),
 /// );
 /// assert_eq!(job.key(), "refresh:account:42");
-/// assert!(matches!(job.on_duplicate(), OnDuplicate::Debounce { .. }));
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a job does nothing until it is enqueued"]
@@ -61,7 +60,7 @@ impl<'a> UniqueJob<'a> {
 
 impl<'a> Job<'a> {
     /// This job with a unique key: while an unfinished job of the table holds `key`, enqueueing
-    /// it inserts nothing ([`OnDuplicate::Skip`]; see [`UniqueJob::replace`] and
+    /// it inserts nothing (and says [`Enqueued::Duplicate`]; see [`UniqueJob::replace`] and
     /// [`UniqueJob::debounce`]). The table needs a [unique key column](Table::unique_key).
     pub fn unique(self, key: impl Into<Cow<'a, str>>) -> UniqueJob<'a> {
         UniqueJob {
@@ -92,11 +91,6 @@ impl<'a> UniqueJob<'a> {
         &self.key
     }
 
-    /// What an enqueue does when the key is taken.
-    pub fn on_duplicate(&self) -> OnDuplicate {
-        self.on_duplicate
-    }
-
     /// The job itself.
     pub fn job(&self) -> &Job<'a> {
         &self.job
@@ -109,7 +103,7 @@ impl<'a> UniqueJob<'a> {
 pub enum Enqueued {
     /// The key was free: a new job, with this id.
     New(i64),
-    /// The key was taken ([`OnDuplicate::Skip`]): nothing changed; the existing job's id.
+    /// The key was taken (and the job neither replaces nor debounces): nothing changed; the existing job's id.
     Duplicate(i64),
     /// The existing job (not in work) took this job's payload, headers, priority and due time.
     Replaced(i64),

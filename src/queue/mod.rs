@@ -303,25 +303,33 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
         self
     }
 
-    /// The isolation level of the deliveries' transactions on PostgreSQL and MySQL/MariaDB
-    /// (default [`Isolation::ReadCommitted`]). A SQLite runner refuses it at start: use
-    /// [`sqlite_mode`](Queue::sqlite_mode).
-    pub fn isolation(mut self, level: Isolation) -> Self
+    /// How the deliveries' transactions run: on PostgreSQL and MySQL/MariaDB an [`Isolation`]
+    /// level (default [`Isolation::ReadCommitted`]), on SQLite a [`SqliteMode`] (default
+    /// [`SqliteMode::Deferred`]). The setting's type is checked against the handler's database
+    /// when the queue is mounted: an `Isolation` on SQLite, or a `SqliteMode` elsewhere, does not
+    /// compile. Called again, the last setting holds.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sqlx::Sqlite;
+    /// use sqlx_queue::{Delivery, Outcome, Queue, SqliteMode, Table, Transactional};
+    ///
+    /// let queue = Queue::table(Table::new("jobs"))
+    ///     .lease("locked_until")
+    ///     .transactional()
+    ///     .isolation(SqliteMode::Immediate)
+    ///     .handler(|_: Delivery<Sqlite, Transactional>| async { Outcome::ack() });
+    /// # let _ = queue;
+    /// ```
+    pub fn isolation<L>(self, setting: L) -> Queue<F, A, C, Isolated<L>, B, H>
     where
         M: TransactionalQueue,
+        L: TransactionSetting,
     {
-        self.isolation = Some(level);
-        self
-    }
-
-    /// How the deliveries' transactions begin on SQLite (default [`SqliteMode::Deferred`]). A
-    /// PostgreSQL or MySQL runner refuses it at start: use [`isolation`](Queue::isolation).
-    pub fn sqlite_mode(mut self, mode: SqliteMode) -> Self
-    where
-        M: TransactionalQueue,
-    {
-        self.sqlite_mode = Some(mode);
-        self
+        let mut queue = self.with(|f| f, |a| a, |c| c, |b| b, |h| h);
+        setting.set(&mut queue.isolation, &mut queue.sqlite_mode);
+        queue
     }
 
     /// FIFO groups (the lease and row lock forms, on a table with a [group](Table::group)
@@ -347,8 +355,14 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// server ends its session), so a row waiting for its `retry_after` keeps its slot: it holds
     /// back the rows after it in its group. `per_group(1)` is [`fifo`](Queue::fifo) (on the row
     /// lock form with a guard instead). Unnamed, the queue serves every group of the table.
-    /// `n = 0` and the advisory form are refused at start.
+    /// The advisory form is refused at start.
+    ///
+    /// # Panics
+    ///
+    /// `n` is 0 (no row would ever be claimed), as [`workers`](Queue::workers).
+    #[track_caller]
     pub fn per_group(mut self, n: u32) -> Self {
+        assert!(n > 0, "per_group must be at least 1, got 0");
         self.per_group = Some(n);
         self
     }

@@ -2,7 +2,7 @@
 //! handler.
 
 use super::Queue;
-use super::state::{AttemptState, BatchState, CapComplete, ClaimForm, FormOn};
+use super::state::{AttemptState, BatchState, CapComplete, ClaimForm, FormOn, ModeOn};
 use crate::backend::Backend;
 use crate::config::{FormKind, QueueConfig};
 use crate::delivery::Mode;
@@ -19,7 +19,7 @@ where
     F: ClaimForm + FormOn<DB>,
     A: AttemptState,
     C: CapComplete,
-    M: Mode + Serves<H::Mode>,
+    M: Mode + Serves<H::Mode> + ModeOn<DB>,
     B: BatchState,
     H: Handling<DB>,
 {

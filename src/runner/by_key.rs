@@ -1,4 +1,4 @@
-//! Per-key order inside one process (`Queue::workers_by_key`): the queue's workers are lanes,
+//! Per-key order inside one process (`Queue::by_key`): the queue's workers are lanes,
 //! and each claimed row goes to the lane its key hashes to, where it waits for the rows before
 //! it. A lane runs one delivery at a time, in the order its rows came, so the rows of one key
 //! start in claim order and never two at once; other lanes go on meanwhile.

@@ -28,6 +28,12 @@ pub(crate) trait Db: Backend + Sized {
     const TIME: &'static str;
     /// A creation time column: a time the database sets when a row is inserted.
     const CREATED: &'static str;
+    /// The kind of transaction setting this database takes (`Queue::isolation`).
+    type Setting: sqlx_queue::state::SettingOn<Self>;
+
+    /// `isolation` where the database takes isolation levels, else `mode` (SQLite).
+    #[allow(dead_code, reason = "used by some test crates only")]
+    fn setting(isolation: sqlx_queue::Isolation, mode: sqlx_queue::SqliteMode) -> Self::Setting;
 
     /// How a test connects to `url` (SQLite: the file `url`, in WAL mode, with a busy timeout).
     fn connect_options(url: &str) -> <Self::Connection as sqlx::Connection>::Options;
@@ -73,6 +79,7 @@ macro_rules! db {
             INT: $int:literal,
             TIME: $time:literal,
             CREATED: $created:literal,
+            Setting: $setting:ty = |$iso:ident, $mode:ident| $pick:expr,
             connect_options: |$url:ident| $options:expr $(,)?
         }
     )+) => {$(
@@ -85,6 +92,14 @@ macro_rules! db {
             const INT: &'static str = $int;
             const TIME: &'static str = $time;
             const CREATED: &'static str = $created;
+            type Setting = $setting;
+
+            fn setting(
+                $iso: sqlx_queue::Isolation,
+                $mode: sqlx_queue::SqliteMode,
+            ) -> Self::Setting {
+                $pick
+            }
 
             fn connect_options($url: &str) -> <Self::Connection as sqlx::Connection>::Options {
                 $options
@@ -150,6 +165,7 @@ db! {
         INT: "INTEGER",
         TIME: "TEXT",
         CREATED: "TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP",
+        Setting: sqlx_queue::SqliteMode = |_isolation, mode| mode,
         connect_options: |url| {
             use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
             SqliteConnectOptions::new()
@@ -168,6 +184,7 @@ db! {
         INT: "INT",
         TIME: "TIMESTAMPTZ",
         CREATED: "TIMESTAMPTZ NOT NULL DEFAULT CURRENT_TIMESTAMP",
+        Setting: sqlx_queue::Isolation = |isolation, _mode| isolation,
         connect_options: |url| url.parse().expect("a PostgreSQL URL"),
     }
     sqlx::MySql {
@@ -179,6 +196,7 @@ db! {
         INT: "INT",
         TIME: "DATETIME(6)",
         CREATED: "DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)",
+        Setting: sqlx_queue::Isolation = |isolation, _mode| isolation,
         connect_options: |url| url.parse().expect("a MySQL/MariaDB URL"),
     }
 }

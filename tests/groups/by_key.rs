@@ -175,8 +175,8 @@ pub(crate) async fn by_key_keeps_each_key_in_order<DB: TestDb, F: Form<DB>>() {
         }
     };
     let queue = F::apply(Queue::table(Table::new(&t).retry_after("retry_after")))
-        .workers_by_key(WORKERS)
-        .key_column("queue")
+        .workers(WORKERS)
+        .by_key(sqlx_queue::ByKey::column("queue"))
         .handler(handler);
     let pool = ctx.pool(u32::try_from(WORKERS).unwrap() + 2).await;
     let running = Runner::new(pool.clone())
@@ -254,7 +254,8 @@ pub(crate) async fn a_slow_key_holds_back_no_other<DB: TestDb, F: Form<DB>>() {
     };
     let table = Table::new(&t).group("queue").retry_after("retry_after");
     let queue = F::apply(Queue::table(table))
-        .workers_by_key(WORKERS)
+        .workers(WORKERS)
+        .by_key(sqlx_queue::ByKey::group())
         .handler(handler);
     let pool = ctx.pool(u32::try_from(WORKERS).unwrap() + 2).await;
     let running = Runner::new(pool.clone())

@@ -40,7 +40,8 @@ pub(crate) async fn rows_waiting_for_their_key_are_released_at_shutdown<DB: Test
     let table = Table::new(&t).group("queue").retry_after("retry_after");
     let queue = F::apply(Queue::table(table))
         .attempt("attempt")
-        .workers_by_key(2)
+        .workers(2)
+        .by_key(sqlx_queue::ByKey::group())
         .handler(handler);
     let pool = ctx.pool(4).await;
     let running = Runner::new(pool.clone())
@@ -125,7 +126,8 @@ pub(crate) async fn a_row_waiting_past_half_its_lease_goes_back_uncounted<DB: Te
         .lease("locked_until")
         .lease_duration(Duration::from_millis(300))
         .attempt("attempt")
-        .workers_by_key(2)
+        .workers(2)
+        .by_key(sqlx_queue::ByKey::group())
         .handler(handler);
     let pool = ctx.pool(4).await;
     let running = Runner::new(pool.clone())

@@ -16,7 +16,8 @@ fn handler<DB: TestDb>() -> impl Fn(Delivery<DB>) -> std::future::Ready<Outcome>
     |_| std::future::ready(Outcome::ack())
 }
 
-/// Every database: `per_group(0)`, and the advisory form.
+/// Every database: `per_group(0)` (a panic at the call, as `workers(0)`), and what is refused
+/// at start: the advisory form, a table without a group column.
 pub(crate) async fn what_groups_need_is_said_at_start<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
@@ -28,11 +29,13 @@ pub(crate) async fn what_groups_need_is_said_at_start<DB: TestDb>() {
         })
         .await;
     let table = Table::new(&t).group("queue").retry_after("retry_after");
-    let zero = Queue::table(table.clone())
-        .lease("locked_until")
-        .per_group(0)
-        .handler(handler::<DB>());
-    assert!(reason(&ctx, zero).await.contains("per_group(0)"));
+    let zero = std::panic::catch_unwind(|| Queue::table(table.clone()).per_group(0));
+    let panic = zero.expect_err("per_group(0) accepted");
+    let message = (panic.downcast_ref::<&str>().copied())
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    assert_eq!(message, Some("per_group must be at least 1, got 0"));
+    let zero = std::panic::catch_unwind(|| Queue::table(table.clone()).workers(0));
+    assert!(zero.is_err(), "workers(0) accepted");
     let advisory = Queue::table(table.clone())
         .advisory_lock()
         .fifo()
@@ -64,7 +67,10 @@ pub(crate) async fn what_the_row_lock_form_cannot_guard_is_said_at_start<
     let serializable = F::apply(Queue::table(table.clone()))
         .fifo()
         .transactional()
-        .isolation(Isolation::Serializable)
+        .isolation(DB::setting(
+            Isolation::Serializable,
+            sqlx_queue::SqliteMode::Deferred,
+        ))
         .handler(|_: Delivery<DB, sqlx_queue::Transactional>| std::future::ready(Outcome::ack()));
     assert!(reason(&ctx, serializable).await.contains("READ COMMITTED"));
     ctx.drop_tables().await;
@@ -85,23 +91,27 @@ pub(crate) async fn what_workers_by_key_needs_is_said_at_start<DB: TestDb>() {
     let named = Queue::table(table.clone())
         .lease("locked_until")
         .named("a")
-        .workers_by_key(2)
+        .workers(2)
+        .by_key(sqlx_queue::ByKey::group())
         .handler(handler::<DB>());
     assert!(reason(&ctx, named).await.contains("named queue"));
     let ungrouped = Queue::table(Table::new(&t))
         .lease("locked_until")
-        .workers_by_key(2)
+        .workers(2)
+        .by_key(sqlx_queue::ByKey::group())
         .handler(handler::<DB>());
     assert!(reason(&ctx, ungrouped).await.contains("group column"));
     let fifo = Queue::table(table.clone())
         .lease("locked_until")
         .fifo()
-        .workers_by_key(2)
+        .workers(2)
+        .by_key(sqlx_queue::ByKey::group())
         .handler(handler::<DB>());
     assert!(reason(&ctx, fifo).await.contains("pick one"));
     let batch = Queue::table(table.clone())
         .lease("locked_until")
-        .workers_by_key(2)
+        .workers(2)
+        .by_key(sqlx_queue::ByKey::group())
         .batch(4)
         .batch_handler(|batch: Vec<Delivery<DB>>| {
             std::future::ready(batch.iter().map(|_| Outcome::ack()).collect::<Vec<_>>())
@@ -109,8 +119,12 @@ pub(crate) async fn what_workers_by_key_needs_is_said_at_start<DB: TestDb>() {
     assert!(reason(&ctx, batch).await.contains("batch"));
     let rated = Queue::table(table.clone().limits("job_limits"))
         .lease("locked_until")
-        .workers_by_key(2)
-        .rate_limit(10, std::time::Duration::from_secs(1))
+        .workers(2)
+        .by_key(sqlx_queue::ByKey::group())
+        .rate_limit(sqlx_queue::RateLimit::new(
+            10,
+            std::time::Duration::from_secs(1),
+        ))
         .handler(handler::<DB>());
     assert!(reason(&ctx, rated).await.contains("rate limit"));
     ctx.drop_tables().await;

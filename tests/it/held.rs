@@ -568,7 +568,10 @@ pub(crate) async fn a_transactional_row_lock_above_read_committed_is_refused_on_
     let t = ctx.table(Spec::lease()).await;
     let queue = F::apply(Queue::table(jobs(&t)))
         .transactional()
-        .isolation(sqlx_queue::Isolation::RepeatableRead)
+        .isolation(DB::setting(
+            sqlx_queue::Isolation::RepeatableRead,
+            sqlx_queue::SqliteMode::Deferred,
+        ))
         .handler(|_: Delivery<DB, sqlx_queue::Transactional>| async { Outcome::ack() });
     let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
     assert!(

@@ -46,11 +46,7 @@ async fn reads_twice<DB: TestDb>(isolation: Option<sqlx_queue::Isolation>) -> Op
     let (tx, mut seen) = mpsc::unbounded_channel();
     let count = format!("SELECT COUNT(*) FROM {accounts}");
     let queue = Queue::table(jobs(&t)).lease("locked_until").transactional();
-    let queue = match isolation {
-        Some(level) => queue.isolation(level),
-        None => queue,
-    };
-    let queue = queue.handler({
+    let handler = {
         let gate = Arc::clone(&gate);
         move |mut d: Tx<DB>| {
             let (gate, tx, count) = (Arc::clone(&gate), tx.clone(), count.clone());
@@ -63,12 +59,17 @@ async fn reads_twice<DB: TestDb>(isolation: Option<sqlx_queue::Isolation>) -> Op
                 Outcome::ack()
             }
         }
-    });
-    let running = Runner::new(ctx.pool.clone())
-        .mount(queue)
-        .start()
-        .await
-        .unwrap();
+    };
+    // Without a setting: the default.
+    let runner = match isolation {
+        Some(level) => Runner::new(ctx.pool.clone()).mount(
+            queue
+                .isolation(DB::setting(level, sqlx_queue::SqliteMode::Deferred))
+                .handler(handler),
+        ),
+        None => Runner::new(ctx.pool.clone()).mount(queue.handler(handler)),
+    };
+    let running = runner.start().await.unwrap();
     recv(&mut seen, "the first read", 10).await;
     ctx.exec(&format!(
         "INSERT INTO {accounts} (email) VALUES ('elsewhere')"
@@ -119,7 +120,10 @@ pub(crate) async fn postgres_reports_the_isolation_asked_for<DB: TestDb>() {
     let queue = Queue::table(jobs(&t))
         .lease("locked_until")
         .transactional()
-        .isolation(sqlx_queue::Isolation::Serializable)
+        .isolation(DB::setting(
+            sqlx_queue::Isolation::Serializable,
+            sqlx_queue::SqliteMode::Deferred,
+        ))
         .handler(move |mut d: Tx<DB>| {
             let tx = tx.clone();
             async move {
@@ -163,7 +167,7 @@ pub(crate) async fn sqlite_immediate_mode_takes_the_write_lock_at_begin<DB: Test
         let queue = Queue::table(jobs(&t))
             .lease("locked_until")
             .transactional()
-            .sqlite_mode(mode)
+            .isolation(DB::setting(sqlx_queue::Isolation::ReadCommitted, mode))
             .handler({
                 let gate = Arc::clone(&gate);
                 move |_: Tx<DB>| {

@@ -17,7 +17,6 @@ macro_rules! tests {
             a_time_column_that_cannot_be_null_or_a_payload_that_can_is_named,
             a_dead_letter_that_cannot_work_is_found_at_start,
             a_custom_statement_that_cannot_work_is_found_at_start,
-            transaction_settings_of_another_database_are_refused,
         );
     };
 }
@@ -253,30 +252,6 @@ pub(crate) async fn a_custom_statement_that_cannot_work_is_found_at_start<DB: Te
         error
             .statement
             .is_some_and(|s| s.contains("no_such_column"))
-    );
-    ctx.drop_tables().await;
-}
-
-pub(crate) async fn transaction_settings_of_another_database_are_refused<DB: TestDb>() {
-    let Some(mut ctx) = Ctx::<DB>::new().await else {
-        return;
-    };
-    let t = ctx.table(Spec::lease()).await;
-    let sqlite = DB::LABEL == "sqlite";
-    let queue = Queue::table(Table::new(&t))
-        .lease("locked_until")
-        .transactional();
-    let queue = if sqlite {
-        queue.isolation(sqlx_queue::Isolation::Serializable)
-    } else {
-        queue.sqlite_mode(sqlx_queue::SqliteMode::Immediate)
-    };
-    let queue =
-        queue.handler(|_: Delivery<DB, sqlx_queue::Transactional>| async { Outcome::ack() });
-    let refused = Runner::new(ctx.pool.clone()).mount(queue).start().await;
-    assert!(
-        matches!(refused, Err(Error::Unsupported { .. })),
-        "{refused:?}"
     );
     ctx.drop_tables().await;
 }

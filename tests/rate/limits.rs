@@ -157,7 +157,7 @@ pub(crate) async fn three_runners_keep_to_two_hundred_a_second<DB: TestDb>() {
         let queue = Queue::table(Table::new(&t).limits(&l))
             .lease("locked_until")
             .workers(8)
-            .rate_limit(200, Duration::from_secs(1))
+            .rate_limit(sqlx_queue::RateLimit::new(200, Duration::from_secs(1)))
             .handler(recording::<DB>(&starts, t0));
         runners.push(
             Runner::new(ctx.pool(10).await)
@@ -225,8 +225,7 @@ pub(crate) async fn bursts_of_rows_never_exceed_the_bucket_and_nothing_polls<DB:
         let queue = Queue::table(Table::new(&t).limits(&l))
             .lease("locked_until")
             .workers(2)
-            .rate_limit(50, Duration::from_secs(1))
-            .rate_burst(5)
+            .rate_limit(sqlx_queue::RateLimit::new(50, Duration::from_secs(1)).burst(5))
             .batch(5)
             .batch_handler(move |rows: Vec<Delivery<DB>>| {
                 let at = t0.elapsed();
@@ -305,8 +304,7 @@ async fn a_claim_per_worker<DB: TestDb, F: Form<DB>>() {
     for _ in 0..2 {
         let queue = F::apply(Queue::table(Table::new(&t).limits(&l)))
             .workers(4)
-            .rate_limit(100, Duration::from_secs(1))
-            .rate_burst(10)
+            .rate_limit(sqlx_queue::RateLimit::new(100, Duration::from_secs(1)).burst(10))
             .handler(recording::<DB>(&starts, t0));
         runners.push(
             Runner::new(ctx.pool(8).await)
@@ -361,7 +359,7 @@ pub(crate) async fn a_limit_without_its_table_is_refused_at_start<DB: TestDb>() 
         .mount(
             Queue::table(Table::new(&t))
                 .lease("locked_until")
-                .rate_limit(5, Duration::from_secs(1))
+                .rate_limit(sqlx_queue::RateLimit::new(5, Duration::from_secs(1)))
                 .handler(ack),
         )
         .start()
@@ -377,7 +375,7 @@ pub(crate) async fn a_limit_without_its_table_is_refused_at_start<DB: TestDb>() 
         .mount(
             Queue::table(Table::new(&t).limits(&missing))
                 .lease("locked_until")
-                .rate_limit(5, Duration::from_secs(1))
+                .rate_limit(sqlx_queue::RateLimit::new(5, Duration::from_secs(1)))
                 .handler(ack),
         )
         .start()
@@ -389,12 +387,18 @@ pub(crate) async fn a_limit_without_its_table_is_refused_at_start<DB: TestDb>() 
         other => panic!("not refused: {other:?}"),
     }
     let zero = std::panic::catch_unwind(|| {
-        Queue::table(Table::new(&t)).rate_limit(0, Duration::from_secs(1))
+        Queue::table(Table::new(&t))
+            .rate_limit(sqlx_queue::RateLimit::new(0, Duration::from_secs(1)))
     });
     let panic = zero.expect_err("n = 0 accepted");
     assert!(panic.downcast_ref::<&str>().unwrap().contains("at least 1"));
-    let zero =
-        std::panic::catch_unwind(|| Queue::table(Table::new(&t)).rate_limit(5, Duration::ZERO));
+    let zero = std::panic::catch_unwind(|| {
+        Queue::table(Table::new(&t)).rate_limit(sqlx_queue::RateLimit::new(5, Duration::ZERO))
+    });
     assert!(zero.is_err(), "a zero period accepted");
+    let zero =
+        std::panic::catch_unwind(|| sqlx_queue::RateLimit::new(5, Duration::from_secs(1)).burst(0));
+    let panic = zero.expect_err("a burst of 0 accepted");
+    assert!(panic.downcast_ref::<&str>().unwrap().contains("at least 1"));
     drop_limits(ctx, &l).await;
 }

@@ -35,8 +35,7 @@ async fn a_rate_limit_behind_a_transaction_pooler() {
         let queue = Queue::table(Table::new(&t).limits(&l).pooler(Pooler::Transaction))
             .lease("locked_until")
             .workers(4)
-            .rate_limit(100, Duration::from_secs(1))
-            .rate_burst(10)
+            .rate_limit(sqlx_queue::RateLimit::new(100, Duration::from_secs(1)).burst(10))
             .handler(move |_d: Delivery<Postgres>| {
                 recorded.lock().unwrap().push(t0.elapsed());
                 std::future::ready(Outcome::ack())

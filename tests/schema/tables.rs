@@ -59,7 +59,7 @@ pub(crate) async fn a_rate_limited_queue_on_its_created_limiter<DB: TestDb>() {
     let (t, limits) = (name(), name());
     let queue = Queue::table(Table::new(&t).limits(&limits))
         .lease("locked_until")
-        .rate_limit(100, Duration::from_secs(1));
+        .rate_limit(sqlx_queue::RateLimit::new(100, Duration::from_secs(1)));
     let runner = Runner::new(ctx.pool.clone()).poll_interval(POLL).mount(
         queue
             .clone()
