@@ -10,18 +10,7 @@ use std::time::Duration;
 
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
-
-/// The account is the job's group: the key `workers_by_key` routes by.
-const SCHEMA: &str = "
-    CREATE TABLE ledger_jobs (
-        id           INTEGER PRIMARY KEY,
-        account      TEXT NOT NULL,
-        payload      BLOB NOT NULL,
-        locked_until TEXT
-    );
-    CREATE INDEX ledger_jobs_claim ON ledger_jobs (account, id);
-";
+use sqlx_queue::{ByKey, Delivery, Job, Outcome, Queue, Runner, Table};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -31,13 +20,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal);
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
-    // Unnamed, the queue serves every account; 4 workers, each account's rows on one of them.
+    // The account is the job's group: the key `by_key` routes by. Unnamed, the queue
+    // serves every account; 4 workers, each account's rows on one of them.
     let ledger = Queue::table(Table::new("ledger_jobs").group("account"))
         .lease("locked_until")
         .workers(4)
-        .by_key(sqlx_queue::ByKey::group());
+        .by_key(ByKey::group());
+    // Its table (and the claim's index on account and id), as declared.
+    ledger.schema::<Sqlite>()?.create(&pool).await?;
     let mut jobs = Vec::new();
     for entry in 1..=5 {
         for account in ["alice", "bob", "carol"] {

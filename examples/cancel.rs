@@ -12,16 +12,6 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx_queue::{Cancellation, Delivery, Job, Outcome, Queue, Runner, Table};
 use tokio::sync::mpsc;
 
-/// `AUTOINCREMENT`: SQLite never gives a finished job's id to a later one, so a cancellation by
-/// id never meets another job.
-const SCHEMA: &str = "
-    CREATE TABLE report_jobs (
-        id           INTEGER PRIMARY KEY AUTOINCREMENT,
-        payload      BLOB NOT NULL,
-        locked_until TEXT
-    );
-";
-
 /// Builds a report, slowly, unless it is cancelled first.
 async fn build(report: Delivery<Sqlite>, started: mpsc::UnboundedSender<i64>) -> Outcome {
     let name = String::from_utf8_lossy(report.payload()).into_owned();
@@ -47,13 +37,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal);
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
     // The queue's lease column tells a cancellation a job in work from a queued one. Renewed
     // every half lease: a cancellation reaches the handler within 1 s.
     let jobs = Queue::table(Table::new("report_jobs"))
         .lease("locked_until")
         .lease_duration(Duration::from_secs(2));
+    // Its table, as declared. On SQLite its id is `AUTOINCREMENT`: a finished job's id is never
+    // given to a later one, so a cancellation by id never meets another job.
+    jobs.schema::<Sqlite>()?.create(&pool).await?;
     let queued = jobs.enqueue(&pool, Job::new("the weekly report")).await?;
     println!("row {queued}: cancelling before any runner ran");
     assert_eq!(

@@ -12,21 +12,6 @@ use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx_queue::{DeadLetter, Delivery, Job, Outcome, Queue, Runner, Table};
 
-/// The README's SQLite schema: a group column (the dead letter is a group) and `created_at`,
-/// which the pickup latency and the oldest ready job's age are measured from.
-const SCHEMA: &str = "
-    CREATE TABLE jobs (
-        id           INTEGER PRIMARY KEY,
-        queue        TEXT NOT NULL,
-        payload      BLOB NOT NULL,
-        attempt      INTEGER NOT NULL DEFAULT 1,
-        locked_until TEXT,
-        retry_after  TEXT,
-        created_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
-    );
-    CREATE INDEX jobs_claim ON jobs (queue, id);
-";
-
 /// Job 3 and job 7 fail once; job 9 always fails, and reaches its dead letter.
 async fn work(d: Delivery<Sqlite>) -> Outcome {
     tokio::time::sleep(Duration::from_millis(5)).await;
@@ -54,8 +39,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal);
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
+    // A group column (the dead letter is a group) and `created_at`, which the pickup latency and
+    // the oldest ready job's age are measured from.
     let jobs = Table::new("jobs")
         .group("queue")
         .retry_after("retry_after")
@@ -67,6 +53,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .max_attempts(3)
         .dead_letter(DeadLetter::group("emails_dead"))
         .workers(2);
+    emails.schema::<Sqlite>()?.create(&pool).await?;
     let payloads: Vec<String> = (0..10).map(|i| format!("job {i}")).collect();
     let batch: Vec<Job<'_>> = payloads.iter().map(Job::new).collect();
     emails.enqueue_many(&pool, &batch).await?;

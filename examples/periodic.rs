@@ -10,28 +10,12 @@ use std::time::Duration;
 use chrono::{DateTime, SecondsFormat, TimeDelta, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Sqlite, SqlitePool};
-use sqlx_queue::{Delivery, Job, Missed, Outcome, Queue, Runner, Running, Schedule, Table};
+use sqlx_queue::{Delivery, Job, Missed, Outcome, Queue, Runner, Schedule, Table};
 use tokio::sync::mpsc;
-
-const SCHEMA: &str = "
-    CREATE TABLE jobs (
-        id           INTEGER PRIMARY KEY,
-        payload      BLOB NOT NULL,
-        locked_until TEXT,
-        dedupe       TEXT
-    );
-    -- A tick's job carries the unique key `report@<tick>`.
-    CREATE UNIQUE INDEX jobs_dedupe ON jobs (dedupe);
-    -- Where the schedules record their last tick: a tick is fired once, by the runner whose
-    -- update moves it forward.
-    CREATE TABLE sqlx_queue_schedules (
-        name      TEXT PRIMARY KEY,
-        last_tick TEXT NOT NULL
-    );
-";
 
 const PERIOD: Duration = Duration::from_millis(200);
 
+/// The reports' table: a tick's job carries the unique key `report@<tick>`.
 fn jobs() -> Table {
     Table::new("jobs").unique_key("dedupe")
 }
@@ -50,13 +34,13 @@ fn schedule() -> Schedule {
 
 /// A runner carrying the schedule "report"; with `handled`, also the queue that handles the
 /// reports, telling each tick there.
-async fn runner(
+fn runner(
     pool: SqlitePool,
     handled: Option<mpsc::UnboundedSender<DateTime<Utc>>>,
-) -> Result<Running, sqlx_queue::Error> {
+) -> Runner<Sqlite> {
     let runner = Runner::new(pool).schedule("report", schedule(), jobs(), report);
     let Some(handled) = handled else {
-        return runner.start().await;
+        return runner;
     };
     let queue = Queue::table(jobs())
         .lease("locked_until")
@@ -70,7 +54,7 @@ async fn runner(
                 Outcome::ack()
             }
         });
-    runner.mount(queue).start().await
+    runner.mount(queue)
 }
 
 async fn open(file: &std::path::Path) -> Result<SqlitePool, sqlx::Error> {
@@ -86,12 +70,16 @@ async fn open(file: &std::path::Path) -> Result<SqlitePool, sqlx::Error> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = std::env::temp_dir().join(format!("sqlx-queue-periodic-{}.db", std::process::id()));
     let (pool_a, pool_b) = (open(&file).await?, open(&file).await?);
-    sqlx::raw_sql(SCHEMA).execute(&pool_a).await?;
 
-    // Two runners carry the schedule; runner A's queue handles the reports.
+    // Two runners carry the schedule; runner A's queue handles the reports. The tables runner A
+    // needs: the reports' (with the unique key's index), and the schedules table, where each
+    // schedule records its last tick: a tick is fired once, by the runner whose update moves it
+    // forward.
     let (handled_tx, mut handled) = mpsc::unbounded_channel();
-    let a = runner(pool_a.clone(), Some(handled_tx.clone())).await?;
-    let b = runner(pool_b.clone(), None).await?;
+    let a = runner(pool_a.clone(), Some(handled_tx.clone()));
+    a.schema()?.create(&pool_a).await?;
+    let a = a.start().await?;
+    let b = runner(pool_b.clone(), None).start().await?;
     let mut seen = Vec::new();
     while seen.len() < 5 {
         seen.extend(handled.recv().await);
@@ -119,7 +107,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("both stopped for 5 ticks");
 
     // One restarts: the latest missed tick is caught up once, and the schedule goes on.
-    let a = runner(pool_a.clone(), Some(handled_tx)).await?;
+    let a = runner(pool_a.clone(), Some(handled_tx)).start().await?;
     let mut after = Vec::new();
     while after.len() < 2 {
         // A report fired before the stop and not handled then is handled now: not one of these.

@@ -1,5 +1,6 @@
-//! A queue on SQLite, with no server: enqueue three emails, run the queue (one email fails on its
-//! first attempt and is retried after a short delay), print what happened, exit.
+//! A queue on SQLite, with no server: create its table from the declaration (printing it as a
+//! migration), enqueue three emails, run the queue (one email fails on its first attempt and is
+//! retried after a short delay), print what happened, exit.
 //!
 //! Run it with `cargo run --example quickstart`.
 
@@ -8,18 +9,6 @@ use std::time::Duration;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx_queue::{Delivery, Job, Outcome, Queue, Runner, Table};
-
-/// The queue table. Its claim reads rows in id order, which on SQLite is the table's own order:
-/// a table with a group or `processed_at` column wants the index the README shows.
-const SCHEMA: &str = "
-    CREATE TABLE email_jobs (
-        id           INTEGER PRIMARY KEY,
-        payload      BLOB NOT NULL,
-        attempt      INTEGER NOT NULL DEFAULT 1,
-        locked_until TEXT,
-        retry_after  TEXT
-    );
-";
 
 /// Sends one email; the mail server "times out" on bob's first attempt.
 async fn send(email: Delivery<Sqlite>) -> Outcome {
@@ -48,22 +37,26 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal);
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
 
     // The queue, declared once: enqueue through it, and mount it with its handler.
     let emails = Queue::table(Table::new("email_jobs").retry_after("retry_after"))
         .lease("locked_until")
         .attempt("attempt")
         .workers(2);
+    let runner = Runner::new(pool.clone()).mount(emails.clone().handler(send));
+
+    // The tables the runner needs, as its declaration says: put this in your migrations. Here,
+    // on a new database file, the example creates them itself.
+    let schema = runner.schema()?;
+    println!("{schema}\n");
+    schema.create(&pool).await?;
+
     for to in ["alice@example.com", "bob@example.com", "carol@example.com"] {
         emails.enqueue(&pool, Job::new(to)).await?;
     }
     println!("enqueued 3 emails");
 
-    let running = Runner::new(pool.clone())
-        .mount(emails.clone().handler(send))
-        .start()
-        .await?;
+    let running = runner.start().await?;
 
     // Wait (at most 10 s) until every row is settled.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -23,16 +23,6 @@ use tracing::Instrument as _;
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 use tracing_subscriber::layer::SubscriberExt as _;
 
-/// The queue table, with its headers column (a JSON object of strings; `TEXT` on SQLite).
-const SCHEMA: &str = "
-    CREATE TABLE signup_jobs (
-        id           INTEGER PRIMARY KEY,
-        payload      BLOB NOT NULL,
-        headers      TEXT,
-        locked_until TEXT
-    );
-";
-
 /// A delivery's headers as OpenTelemetry's propagators read them.
 struct FromHeaders<'a>(&'a Headers);
 
@@ -88,8 +78,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal);
     let pool = SqlitePoolOptions::new().connect_with(options).await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+    // The queue table has a headers column (a JSON object of strings; `TEXT` on SQLite).
     let jobs = Queue::table(Table::new("signup_jobs").headers("headers")).lease("locked_until");
+    jobs.schema::<Sqlite>()?.create(&pool).await?;
 
     let request = tracing::info_span!("POST /signup");
     let enqueued = signup(&pool, &jobs, "alice@example.com")

@@ -14,21 +14,14 @@ use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc};
 
-const SCHEMA: &str = "
-    CREATE TABLE signup_jobs (
-        id           INTEGER PRIMARY KEY,
-        payload      BLOB NOT NULL,
-        attempt      INTEGER NOT NULL DEFAULT 1,
-        locked_until TEXT
-    );
-    CREATE TABLE welcome_jobs (
-        id           INTEGER PRIMARY KEY,
-        payload      BLOB NOT NULL,
-        attempt      INTEGER NOT NULL DEFAULT 1,
-        locked_until TEXT
-    );
-    CREATE TABLE accounts (email TEXT NOT NULL);
-";
+/// The application's own table, which a signup writes: the queues' tables come from their
+/// declarations.
+const ACCOUNTS: &str = "CREATE TABLE accounts (email TEXT NOT NULL)";
+
+/// A queue that only enqueues here (another service runs it): declared without a handler.
+fn welcome_emails() -> Queue {
+    Queue::table(Table::new("welcome_jobs"))
+}
 
 /// The CRM registration, which times out on the first attempt.
 async fn register(attempt: u32) -> bool {
@@ -42,8 +35,7 @@ async fn open(d: &mut Delivery<Sqlite, Transactional>) -> Result<(), sqlx_queue:
         .bind(&email)
         .execute(&mut *d.tx())
         .await?;
-    // A queue that only enqueues here (another service runs it): declared without a handler.
-    Queue::table(Table::new("welcome_jobs"))
+    welcome_emails()
         .enqueue(&mut *d.tx(), Job::new(&email))
         .await?;
     Ok(())
@@ -112,11 +104,15 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .max_connections(4)
         .connect_with(options)
         .await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
+    sqlx::raw_sql(ACCOUNTS).execute(&pool).await?;
 
     let signups = Queue::table(Table::new("signup_jobs"))
         .lease("locked_until")
         .attempt("attempt");
+    // The queues' tables, as declared here (the welcome emails': the columns enqueuing needs;
+    // the service that runs them declares the rest).
+    signups.schema::<Sqlite>()?.create(&pool).await?;
+    welcome_emails().schema::<Sqlite>()?.create(&pool).await?;
     signups
         .enqueue(&pool, Job::new("alice@example.com"))
         .await?;

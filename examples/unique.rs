@@ -12,25 +12,9 @@ use sqlx_queue::state::Lease;
 use sqlx_queue::{Delivery, Enqueued, Job, Outcome, Queue, Runner, Table, Transactional};
 use tokio::sync::mpsc;
 
-const SCHEMA: &str = "
-    CREATE TABLE jobs (
-        id           INTEGER PRIMARY KEY,
-        payload      BLOB NOT NULL,
-        locked_until TEXT,
-        retry_after  TEXT,
-        dedupe       TEXT,
-        created_at   TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP
-    );
-    -- One unfinished job per key: finished jobs are deleted, which frees their key.
-    CREATE UNIQUE INDEX jobs_dedupe ON jobs (dedupe);
-    CREATE TABLE signups (
-        id           INTEGER PRIMARY KEY,
-        payload      BLOB NOT NULL,
-        locked_until TEXT
-    );
-";
-
-/// The queue of unique jobs (its lease column tells a replace or debounce a job in work).
+/// The queue of unique jobs (its lease column tells a replace or debounce a job in work). Its
+/// table has a unique index on `dedupe`: one unfinished job per key (finished jobs are deleted,
+/// which frees their key).
 fn jobs() -> Queue<Lease> {
     let table = Table::new("jobs")
         .unique_key("dedupe")
@@ -67,8 +51,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal);
     let pool: SqlitePool = SqlitePoolOptions::new().connect_with(options).await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
     let jobs = jobs();
+    jobs.schema::<Sqlite>()?.create(&pool).await?;
 
     // Three edits of account 42 in a row: one refresh, 10 s after the last edit, and at the
     // latest a minute after the first.
@@ -89,6 +73,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Two signups of one address, each queueing the welcome email in its own transaction.
     let signups = Queue::table(Table::new("signups")).lease("locked_until");
+    signups.schema::<Sqlite>()?.create(&pool).await?;
     signups
         .enqueue_many(
             &pool,
