@@ -47,7 +47,8 @@ fn every_bracketed_name_is_a_link() {
         let label = &text[at + 1..at + end + 1];
         let after = &text[at + end + 2..];
         let inline = after.starts_with('(') || after.starts_with('[');
-        let definition = after.starts_with(':');
+        let line_start = at == 0 || text[..at].ends_with('\n');
+        let definition = line_start && after.starts_with(':');
         if !inline && !definition && !defined.contains(&label.to_lowercase()) {
             missing.push(label.to_string());
         }
@@ -75,5 +76,8 @@ fn every_relative_link_names_a_file() {
             missing.push(target.to_string());
         }
     }
-    assert!(missing.is_empty(), "README.md links to missing files: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "README.md links to missing files: {missing:?}"
+    );
 }

@@ -25,7 +25,10 @@ fn readme_block<DB: TestDb>(page: &str, section: &str, name: &str) -> String {
         _ => "-- SQLite",
     };
     let from = page.find(section).expect("the page has the section");
-    let start = from + page[from..].find(marker).expect("a block for this database");
+    let start = from
+        + page[from..]
+            .find(marker)
+            .expect("a block for this database");
     let block = &page[start..];
     let end = block.find("```").expect("the block ends");
     block[..end].replace("signup_jobs", name)
@@ -41,7 +44,7 @@ pub(crate) async fn the_readme_unique_index_holds_one_unfinished_job_per_key<DB:
         "## The DDL per database",
         &name,
     ))
-        .await;
+    .await;
     let unique = readme_block::<DB>(
         include_str!("../../docs/guide/unique.md"),
         "## The key column and its index",

@@ -193,7 +193,9 @@ pub(crate) async fn a_missing_unique_index_is_named_with_its_create_statement<DB
 /// The guide's block for this database under "The DDL per database" (`docs/guide/table.md`),
 /// its statements.
 fn guide_block(database: &str) -> Vec<String> {
-    let section = &TABLE_PAGE[TABLE_PAGE.find("## The DDL per database").expect("the section")..];
+    let section = &TABLE_PAGE[TABLE_PAGE
+        .find("## The DDL per database")
+        .expect("the section")..];
     let marker = format!("```sql\n-- {database}");
     let start = section.find(&marker).expect("the database's block") + "```sql\n".len();
     let end = start + section[start..].find("```").expect("the block's end");
