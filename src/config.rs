@@ -294,7 +294,7 @@ impl QueueConfig {
                 queue,
                 format!(
                     "`.rate_limit(..)` keeps its tokens in a limiter table: declare it with \
-                     `Table::new({:?}).limits(\"job_limits\")` (its DDL is in the README)",
+                     `Table::new({:?}).limits(\"job_limits\")` (`Queue::schema` creates it)",
                     self.table.name
                 ),
             ));

@@ -161,7 +161,7 @@ impl Table {
     /// key: an ack or drop deletes it, or on a table that keeps finished rows
     /// ([`processed_at`](Table::processed_at)) the index is partial on unfinished rows
     /// (PostgreSQL, SQLite) or the settlement clears the key (MySQL/MariaDB, which has no
-    /// partial index). The README shows the index per database.
+    /// partial index). The [unique jobs](crate::guide::unique) page shows the index per database.
     pub fn unique_key(mut self, column: impl Into<String>) -> Self {
         self.unique_key = Some(column.into());
         self
@@ -177,8 +177,8 @@ impl Table {
 
     /// The table of cancel requests for this table's jobs in work on the row lock and advisory
     /// lock forms, whose rows [`cancel`](crate::Queue::cancel) cannot touch while a claim holds them:
-    /// one column, `id` (the job's id, a primary key), created by the application (the README
-    /// shows it per database). With it, [`cancel`](crate::Queue::cancel) also tells a job held by an
+    /// one column, `id` (the job's id, a primary key), created by the application (the
+    /// [cancellation](crate::guide::cancellation) page shows it per database). With it, [`cancel`](crate::Queue::cancel) also tells a job held by an
     /// advisory lock from a queued one, records a request for a job in work, and (PostgreSQL)
     /// notifies its runner at once; runners of queues on this table learn of requests for
     /// their deliveries in work (a batch's too), cancel them, and remove their rows, and sweep
@@ -214,8 +214,8 @@ impl Table {
 
     /// The limiter table of the queues on this table with a
     /// [`rate_limit`](crate::Queue::rate_limit): one row per queue, its token bucket, which
-    /// every runner's claims take tokens from. Its columns have fixed names; the README gives
-    /// its DDL for each database. Several job tables may share one.
+    /// every runner's claims take tokens from. Its columns have fixed names; the
+    /// [rate limits](crate::guide::order#rate-limits) page gives its DDL for each database. Several job tables may share one.
     ///
     /// ```
     /// use sqlx_queue::Table;

@@ -27,7 +27,7 @@ enum Role {
 }
 
 impl Role {
-    /// Where the column stands in the table: the README's order.
+    /// Where the column stands in the table: the guide's order (`docs/guide/table.md`).
     fn rank(self) -> u8 {
         match self {
             Role::Id => 0,

@@ -25,9 +25,9 @@ use crate::table::Table;
 ///
 /// ```no_run
 /// # async fn example(pool: sqlx::SqlitePool) -> sqlx_queue::Result<()> {
-/// use sqlx_queue::{Cancellation, Table};
+/// use sqlx_queue::{Cancellation, Queue, Table};
 ///
-/// let jobs = Table::new("jobs").lease("locked_until");
+/// let jobs = Queue::table(Table::new("jobs")).lease("locked_until");
 /// match jobs.cancel(&pool, 42).await? {
 ///     Cancellation::Cancelled(id) => println!("job {id} will not run"),
 ///     Cancellation::Requested(id) => println!("job {id} is running; its handler is told"),

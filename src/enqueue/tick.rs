@@ -59,8 +59,8 @@ impl Ticks {
         for stmt in [&self.sql.seed, &self.sql.last, &self.sql.advance] {
             prepare::<DB>(conn, stmt).await.map_err(|error| {
                 let reason = "the schedules table needs the columns `name` (text, its primary \
-                              key) and `last_tick` (a time): create it as the README's \
-                              \"Periodic jobs\" shows, or name yours with \
+                              key) and `last_tick` (a time): create it with `Runner::schema` \
+                              (the guide's \"periodic\" page shows it), or name yours with \
                               `Runner::schedules_table`";
                 let fix = dialect::schema::schedules_table(DB::DIALECT, &self.table)
                     .ok()

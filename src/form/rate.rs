@@ -148,7 +148,7 @@ impl<DB: Backend> Limiter<DB> {
                 None,
                 format!(
                     "the rate limiter's table cannot be used ({error}): it needs the columns \
-                     name (primary key), tokens, refilled_at and granted (see the README)"
+                     name (primary key), tokens, refilled_at and granted (`Queue::schema` creates it)"
                 ),
             )
             .with_fix(

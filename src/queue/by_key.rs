@@ -13,8 +13,8 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// with the row. It promises nothing across processes (use [`fifo`](Queue::fifo) for that).
     /// Two keys that hash to one worker share it, so a slow key delays the keys of its worker
     /// only; the others keep flowing. A retried row runs when it is due and claimed again,
-    /// after the rows of its key claimed meanwhile. The README's "Per-key order inside one
-    /// process" says what is and is not guaranteed, per form.
+    /// after the rows of its key claimed meanwhile. The guide's [per-key order inside one
+    /// process](crate::guide::order#per-key-order-inside-one-process) says what is and is not guaranteed, per form.
     ///
     /// Refused at [`Runner::start`](crate::Runner::start)
     /// ([`Error::Declaration`](crate::Error::Declaration)): with

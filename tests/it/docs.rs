@@ -1,4 +1,4 @@
-// The README's `CREATE TABLE` for this database, run as written, serves a queue with every role.
+// The guide's `CREATE TABLE` for this database (`docs/guide/table.md`), run as written, serves a queue with every role.
 
 use std::time::Duration;
 
@@ -18,17 +18,17 @@ macro_rules! tests {
 }
 pub(crate) use tests;
 
-/// The README's SQL block for this database, for a table named `name`.
+/// The guide's SQL block for this database, for a table named `name`.
 fn readme_schema<DB: TestDb>(name: &str) -> String {
     let marker = match DB::LABEL {
         "postgres" => "-- PostgreSQL",
         "mysql" => "-- MySQL",
         _ => "-- SQLite",
     };
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/guide/table.md");
     let start = readme
         .find(marker)
-        .expect("the README has this database's schema");
+        .expect("the guide has this database's schema");
     let block = &readme[start..];
     let end = block.find("```").expect("the block ends");
     block[..end].replace("signup_jobs", name)

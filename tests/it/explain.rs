@@ -1,4 +1,4 @@
-// The README's index serves the claim and the depth gauges' count: EXPLAIN on a 100,000-row
+// The guide's index (`docs/guide/table.md`) serves the claim and the depth gauges' count: EXPLAIN on a 100,000-row
 // table where most rows are processed or delayed.
 
 use sqlx_queue::{Job, Table};
@@ -21,13 +21,13 @@ pub(crate) async fn the_claim_and_the_depth_use_the_readme_index_on_a_large_tabl
         return;
     };
     let name = format!("explain_{}", crate::support::unique());
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/guide/table.md");
     let marker = match DB::LABEL {
         "postgres" => "-- PostgreSQL",
         "mysql" => "-- MySQL",
         _ => "-- SQLite",
     };
-    let block = &readme[readme.find(marker).expect("the README's schema")..];
+    let block = &readme[readme.find(marker).expect("the guide's schema")..];
     let schema = block[..block.find("```").expect("the block ends")].replace("signup_jobs", &name);
     ctx.exec(&schema).await;
 

@@ -1,6 +1,6 @@
-// The README's unique key column and index for this database, run as written on the README's
-// queue table (which keeps finished rows), hold one unfinished job per key, and a finished job
-// frees its key.
+// The guide's unique key column and index for this database (`docs/guide/unique.md`), run as
+// written on the guide's queue table (`docs/guide/table.md`, which keeps finished rows), hold one
+// unfinished job per key, and a finished job frees its key.
 
 use sqlx_queue::{Delivery, Enqueued, Job, Outcome, Queue, Runner, Table};
 
@@ -17,20 +17,19 @@ macro_rules! tests {
 }
 pub(crate) use tests;
 
-/// The README's SQL block for this database after `section`, for a table named `name`.
-fn readme_block<DB: TestDb>(section: &str, name: &str) -> String {
+/// The guide page's SQL block for this database after `section`, for a table named `name`.
+fn readme_block<DB: TestDb>(page: &str, section: &str, name: &str) -> String {
     let marker = match DB::LABEL {
         "postgres" => "-- PostgreSQL",
         "mysql" => "-- MySQL",
         _ => "-- SQLite",
     };
-    let readme = include_str!("../../README.md");
-    let from = readme.find(section).expect("the README has the section");
+    let from = page.find(section).expect("the page has the section");
     let start = from
-        + readme[from..]
+        + page[from..]
             .find(marker)
             .expect("a block for this database");
-    let block = &readme[start..];
+    let block = &page[start..];
     let end = block.find("```").expect("the block ends");
     block[..end].replace("signup_jobs", name)
 }
@@ -40,9 +39,17 @@ pub(crate) async fn the_readme_unique_index_holds_one_unfinished_job_per_key<DB:
         return;
     };
     let name = format!("readme_u_{}", crate::support::unique());
-    ctx.exec(&readme_block::<DB>("## The queue table", &name))
-        .await;
-    let unique = readme_block::<DB>("## Unique jobs", &name);
+    ctx.exec(&readme_block::<DB>(
+        include_str!("../../docs/guide/table.md"),
+        "## The DDL per database",
+        &name,
+    ))
+    .await;
+    let unique = readme_block::<DB>(
+        include_str!("../../docs/guide/unique.md"),
+        "## The key column and its index",
+        &name,
+    );
     assert!(unique.contains("dedupe"), "{unique}");
     ctx.exec(&unique).await;
     let table = Table::new(&name)

@@ -1,6 +1,7 @@
 //! `Runner::start`'s errors name the statement that creates what is missing (a table, a column,
-//! a unique index), and running it lets the runner start; the README's queue-table blocks create
-//! tables a runner starts on, with the columns the generator gives the same declaration.
+//! a unique index), and running it lets the runner start; the guide's queue-table blocks
+//! (`docs/guide/table.md`) create tables a runner starts on, with the columns the generator gives
+//! the same declaration.
 
 use std::time::Duration;
 
@@ -13,7 +14,8 @@ use sqlx::Pool;
 use crate::support::{Ctx, TestDb};
 use crate::{create, drop_all, name};
 
-const README: &str = include_str!("../../README.md");
+/// The guide's page on the queue table, whose DDL blocks the tests below create.
+const TABLE_PAGE: &str = include_str!("../../docs/guide/table.md");
 
 /// Starts the runner `runner` makes until it starts, running the fix each `Error::Schema` names
 /// (which its message says); the fixes run, in order. Each start is on a pool of its own, as an
@@ -188,9 +190,12 @@ pub(crate) async fn a_missing_unique_index_is_named_with_its_create_statement<DB
     drop_all(ctx, &[&t, &schedules]).await;
 }
 
-/// The README's block for this database under "The queue table", its statements.
-fn readme_block(database: &str) -> Vec<String> {
-    let section = &README[README.find("## The queue table").expect("the section")..];
+/// The guide's block for this database under "The DDL per database" (`docs/guide/table.md`),
+/// its statements.
+fn guide_block(database: &str) -> Vec<String> {
+    let section = &TABLE_PAGE[TABLE_PAGE
+        .find("## The DDL per database")
+        .expect("the section")..];
     let marker = format!("```sql\n-- {database}");
     let start = section.find(&marker).expect("the database's block") + "```sql\n".len();
     let end = start + section[start..].find("```").expect("the block's end");
@@ -206,10 +211,10 @@ fn readme_block(database: &str) -> Vec<String> {
         .collect()
 }
 
-/// The README's queue table, created from its block for this database: a runner of the
-/// README's declaration starts on it and marks the jobs it acks; the generator gives the same
+/// The guide's queue table, created from its block for this database: a runner of the
+/// guide's declaration starts on it and marks the jobs it acks; the generator gives the same
 /// declaration every column the block has.
-pub(crate) async fn the_readme_queue_table_blocks_start_a_runner<DB: TestDb>() {
+pub(crate) async fn the_guide_queue_table_blocks_start_a_runner<DB: TestDb>() {
     let Some(ctx) = Ctx::<DB>::new().await else {
         return;
     };
@@ -219,7 +224,7 @@ pub(crate) async fn the_readme_queue_table_blocks_start_a_runner<DB: TestDb>() {
         _ => "SQLite",
     };
     let t = name();
-    let block = readme_block(database);
+    let block = guide_block(database);
     assert!(block[0].contains("CREATE TABLE"), "{block:?}");
     for statement in &block {
         ctx.exec(&statement.replace("signup_jobs", &t)).await;
@@ -258,7 +263,7 @@ pub(crate) async fn the_readme_queue_table_blocks_start_a_runner<DB: TestDb>() {
         .mount(queue.clone().handler(ack::<DB>()))
         .start()
         .await
-        .unwrap_or_else(|e| panic!("the README's {database} table: {e}"));
+        .unwrap_or_else(|e| panic!("the guide's {database} table: {e}"));
     ctx.wait_count(&t, "processed_at IS NOT NULL", 3, 20).await;
     running.shutdown().await.unwrap();
     drop_all(ctx, &[&t]).await;

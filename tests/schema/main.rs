@@ -5,8 +5,8 @@
 //! dead letter (group or table), skipped as a unique duplicate, ticked by a schedule, cancelled
 //! in work, rate limited — counted in the tables. `fixes.rs`: `Runner::start`'s errors for a
 //! missing table, column or unique index name the statement that creates it, and running that
-//! statement lets the runner start; the README's queue-table blocks create tables a runner starts
-//! on. The text of the statements is unit-tested in `src/dialect/schema/tests.rs`.
+//! statement lets the runner start; the guide's queue-table blocks (`docs/guide/table.md`)
+//! create tables a runner starts on. The text of the statements is unit-tested in `src/dialect/schema/tests.rs`.
 
 #[allow(
     dead_code,
@@ -94,7 +94,7 @@ macro_rules! per_database {
                 a_missing_table_is_named_with_its_create_statement,
                 a_missing_column_is_named_with_its_alter_statement,
                 a_missing_unique_index_is_named_with_its_create_statement,
-                the_readme_queue_table_blocks_start_a_runner,
+                the_guide_queue_table_blocks_start_a_runner,
             );
         }
     )*};

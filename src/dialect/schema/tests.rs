@@ -1,6 +1,6 @@
 use super::*;
 
-/// The README's declaration: every role of "The queue table", a lease, an attempt count.
+/// The guide's declaration (`docs/guide/table.md`): every role, a lease, an attempt count.
 fn readme() -> Table {
     Table::new("signup_jobs")
         .group("queue")

@@ -117,7 +117,7 @@ async fn no_key_is_left_held_on_success_or_error() {
 }
 
 /// Inside the caller's transaction the cancellation is a savepoint, and its key is given back
-/// when the savepoint ends (the README's limit): a rollback then cancels nothing, and the next
+/// when the savepoint ends (the guide's limit, `docs/guide/cancellation.md`): a rollback then cancels nothing, and the next
 /// cancellation takes the key again.
 #[tokio::test]
 async fn inside_the_callers_transaction_the_key_is_given_back_at_its_savepoint() {

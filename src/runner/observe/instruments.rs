@@ -2,7 +2,7 @@
 //! the queue starts (with the recorder installed then) and updated through their handles, so a
 //! delivery looks up no name. Names and labels follow Prometheus' conventions (`_total` counters,
 //! `_seconds` durations, one `queue` label: the queue's group value, else its table's name); the
-//! README lists them.
+//! guide lists them (`docs/guide/observability.md`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -227,7 +227,7 @@ impl<DB: Backend> Runner<DB> {
 
     /// The table where this runner's schedules record their last tick (default
     /// `sqlx_queue_schedules`): `name` a text primary key,
-    /// `last_tick` a time, as the README's "Periodic jobs" shows. Every runner of a schedule
+    /// `last_tick` a time, as the guide's [periodic jobs](crate::guide::periodic) shows. Every runner of a schedule
     /// must name the same table.
     pub fn schedules_table(mut self, table: impl Into<String>) -> Self {
         self.schedules_table = table.into();
