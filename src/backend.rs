@@ -135,7 +135,10 @@ pub(crate) async fn inserted_ids<DB: Backend>(
     let step = match rows {
         0 | 1 => 1,
         _ => {
-            let step = query::<DB>(SqlStr::from_static("SELECT CAST(@@auto_increment_increment AS SIGNED)"), []);
+            let step = query::<DB>(
+                SqlStr::from_static("SELECT CAST(@@auto_increment_increment AS SIGNED)"),
+                [],
+            );
             fetch_i64::<DB>(conn, step).await?.unwrap_or(1)
         }
     };
