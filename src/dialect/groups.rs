@@ -34,8 +34,8 @@ pub(super) fn fifo(w: &mut SqlWriter, n: &Names, columns: &Fifo) {
     };
     match (lease, n.dialect) {
         // The row lock form on MySQL/MariaDB: its claim is a locking read, which locks what its
-        // subqueries read too; a row lock FIFO drain (4,000 rows, 16 groups, 8 workers) ran at
-        // 634 rows/s with the groups' first rows looked up, 2,112 with this test of each row.
+        // subqueries read too; a row lock FIFO drain with the groups' first rows looked up ran
+        // at a third of this test of each row's rate (`benches/upkeep`, FIFO on MariaDB).
         (None, Dialect::MySql) => no_earlier_due_row(w, n, group),
         _ => group_heads(w, n, group),
     }

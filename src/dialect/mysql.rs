@@ -138,8 +138,8 @@ pub(crate) fn finish_unlock_named(n: &Names) -> BySize {
 /// Acks and drops of `count` rows (`finish_ids`), then the release of their keys by the lock
 /// names the client wrote (`LockNameAt`), sent together ([`Stmt::multi`]): one row of one
 /// column, a `1` or `0` per name in order, `1` where its key was held. Cheaper for the server
-/// than [`unlock_many`]'s derived table, whose names it computes (measured on MariaDB 10.11:
-/// about 80 µs less for one key, 170 µs for eight); only for names that need no hash
+/// than [`unlock_many`]'s derived table, whose names it computes (`benches/throughput`'s
+/// advisory cells on MariaDB); only for names that need no hash
 /// (`Keys::lock_names`). One column, not one per name: the client decodes each column's
 /// definition with every result (a batch of 16 had sent 16).
 fn finish_release_named(n: &Names, count: u16) -> Stmt {

@@ -165,8 +165,8 @@ pub(super) fn lock_take(lock: &Names, n: &Names, attempt: &str) -> Stmt {
     // `= ANY(ARRAY(..))`, not `IN (SELECT ..)`: the planner then estimates the rows updated
     // alike whatever the limits bound, and keeps one generic plan for the prepared statement;
     // with `IN` a generic plan looked 20 times dearer than one planned for `LIMIT 1`, so each
-    // execution was planned again (a claim of one row at one worker ran at 0.6x of the two
-    // statements it replaces, measured with pgbench).
+    // execution was planned again (a claim of one row at one worker then ran well below the
+    // two statements it replaces: `benches/throughput`, PostgreSQL, one worker).
     w.push(" WHERE ")
         .push(&n.id)
         .push(" = ANY(ARRAY(SELECT sqlxq_id FROM sqlxq_keys)) AND ");

@@ -63,8 +63,8 @@ pub(crate) struct AdvisoryForm {
     /// other runners seldom hide free ones (a claim that finds none waits for the next poll or
     /// wake-up). PostgreSQL reads the window lazily, as keys are tried: four times the rows
     /// this queue holds at most, and at least 256. MySQL/MariaDB materialise it first: twice
-    /// what the queue holds, and 16 more (measured on MariaDB 10.11 against a window of 256:
-    /// 0.83x → 0.88x of the baseline at one worker, 0.08x → 0.66x for batches of 16 at eight).
+    /// what the queue holds, and 16 more (a fixed window of 256 cost the advisory cells of
+    /// `benches/throughput` on MariaDB most of their rate for batches at eight workers).
     window: i64,
     /// What opens a transactional delivery's transaction on the key's session.
     begin_delivery: Option<&'static str>,

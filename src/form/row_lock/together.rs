@@ -4,8 +4,8 @@
 //! ([`Stmt::inlined`](crate::dialect::Stmt::inlined)): one round trip a batch where a
 //! settlement and a claim take four. The batch commits as it would on its own, before the next
 //! transaction begins; the next batch is held by that transaction on the same connection.
-//! Measured with a loop of its own (PostgreSQL 15, batches of 16, one connection per worker):
-//! 1.38x, 1.22x, 1.16x the drain of the four round trips at 1, 4, 8 workers.
+//! `benches/throughput` (PostgreSQL, row lock batches) measures it against the hand-written
+//! loop's four round trips.
 //!
 //! The server runs the statements in order and stops at the first that fails: the sets it
 //! reported done tell how far the text went. Up to the `COMMIT`, the batch is rolled back, as
