@@ -17,8 +17,8 @@
 //! | [`where_it_runs`] | Does it run on my database, behind PgBouncer, on CockroachDB? |
 //! | [`guarantees`] | What is guaranteed when a process crashes or the database restarts? |
 //!
-//! Every page's Rust code is a doctest, and its SQL blocks are run by the crate's tests on
-//! PostgreSQL, MySQL/MariaDB and SQLite. The examples (`examples/`, listed in its `README.md`)
+//! Every page's Rust code is a doctest; the queue table's and the unique key's SQL blocks
+//! ([`table`], [`unique`]) are run by the crate's tests on PostgreSQL, MySQL/MariaDB and SQLite. The examples (`examples/`, listed in its `README.md`)
 //! run on SQLite without a server: `cargo run --example quickstart`.
 
 #[doc = include_str!("../docs/guide/table.md")]

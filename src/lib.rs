@@ -5,8 +5,9 @@
 //! its account and queues its welcome email commits both or neither. A [`Runner`] in your tokio
 //! application claims rows, runs your handler, and settles each delivery by its [`Outcome`] — ack,
 //! drop, retry, or retry after a delay — with one statement guarded so that a row is never settled
-//! by a delivery that no longer holds it. A queue is declared by a chain of calls, and a chain that
-//! cannot work does not compile.
+//! by a delivery that no longer holds it. A queue is declared by a chain of calls: a chain that
+//! cannot work on any database does not compile, and one the database it meets cannot serve is
+//! an error at start, before anything is claimed.
 //!
 //! # Quick start
 //!

@@ -52,7 +52,7 @@ impl Role {
             (Role::Id, MySql) => "BIGINT AUTO_INCREMENT PRIMARY KEY",
             // AUTOINCREMENT: a deleted row's id is never given again.
             (Role::Id, Sqlite) => "INTEGER PRIMARY KEY AUTOINCREMENT",
-            (Role::Group, MySql) => "VARCHAR(255) NOT NULL",
+            (Role::Group, MySql) => "VARCHAR(255) COLLATE utf8mb4_bin NOT NULL",
             (Role::Group, _) => "TEXT NOT NULL",
             (Role::Payload(PayloadType::Bytes), Postgres) => "BYTEA NOT NULL",
             (Role::Payload(PayloadType::Bytes), MySql) => "LONGBLOB NOT NULL",
@@ -77,7 +77,7 @@ impl Role {
             (Role::Headers, Postgres) => "JSONB",
             (Role::Headers, MySql) => "JSON",
             (Role::Headers, Sqlite) => "TEXT",
-            (Role::Key, MySql) => "VARCHAR(255) NULL",
+            (Role::Key, MySql) => "VARCHAR(255) COLLATE utf8mb4_bin NULL",
             (Role::Key, _) => "TEXT",
         }
     }

@@ -7,7 +7,8 @@ impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// Routes each row to the worker its key hashes to ([`ByKey`]: the table's group column, or
     /// a column of the rows' own): within this process the rows of one key start one after the
     /// other, in the order they were claimed (id order), never two at once, while rows of other
-    /// keys run in parallel on the queue's other [`workers`](Queue::workers).
+    /// keys run in parallel on the queue's other [`workers`](Queue::workers) (default 1: give
+    /// it `.workers(n)`, or every key shares one lane).
     ///
     /// It costs nothing on the database: the claim is the form's own, and reads the key column
     /// with the row. It promises nothing across processes (use [`fifo`](Queue::fifo) for that).

@@ -14,7 +14,7 @@ use futures::future::BoxFuture;
 use sqlx::Acquire;
 
 use super::Queue;
-use super::state::{AttemptState, CapState, FormState, HasDeadLetter, KnowsItsForm};
+use super::state::{AttemptState, CapState, FormState, HasDeadLetter, KnowsItsForm, UniqueForm};
 use crate::backend::Backend;
 use crate::enqueue::{Cancellation, Enqueued, Job, UniqueJob};
 use crate::error::Result;
@@ -147,7 +147,7 @@ where
     where
         DB: Backend,
         X: Acquire<'c, Database = DB> + Send + 'e,
-        F: KnowsItsForm,
+        F: UniqueForm,
     {
         let (table, job) = (self.jobs_table(), self.unique_in_group(job));
         Box::pin(async move {
@@ -177,7 +177,7 @@ where
     where
         DB: Backend,
         X: Acquire<'c, Database = DB> + Send + 'e,
-        F: KnowsItsForm,
+        F: UniqueForm,
     {
         let table = self.jobs_table();
         let jobs = jobs

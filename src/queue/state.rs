@@ -3,7 +3,7 @@
 //! Each state is a type carrying its own data; each builder method exists in every state and
 //! is gated by a `where` bound on one of the sealed traits here, whose compile error names the
 //! call that is missing. The traits shown here are the gates such an error names, the handler
-//! traits a handler must meet and [`Mount`], the bound of [`Runner::queue`](crate::Runner::mount);
+//! traits a handler must meet and [`Mount`], the bound of [`Runner::mount`](crate::Runner::mount);
 //! the state types themselves are hidden: you never name them unless you write a queue's full
 //! type out.
 
@@ -147,6 +147,19 @@ pub trait KnowsItsForm: FormState {}
 impl KnowsItsForm for RowLock {}
 impl KnowsItsForm for Lease {}
 impl KnowsItsForm for AdvisoryLock {}
+
+/// A queue whose unfinished jobs a unique enqueue can tell apart from jobs in work: the lease
+/// and row lock forms (an advisory key is a session lock no other session can read, and the
+/// runner refuses the advisory form on a table with a unique key).
+#[diagnostic::on_unimplemented(
+    message = "unique jobs need the lease or row lock form",
+    label = "declare `.lease(\"locked_until\")` or `.row_lock()`",
+    note = "a unique job's replace or debounce leaves a job in work alone, and the advisory \
+            form's jobs in work cannot be seen by another session"
+)]
+pub trait UniqueForm: KnowsItsForm {}
+impl UniqueForm for RowLock {}
+impl UniqueForm for Lease {}
 
 /// A claim form the database `DB` has.
 #[diagnostic::on_unimplemented(

@@ -11,13 +11,16 @@ use crate::delivery::{Isolated, Transactional};
 impl<F, A, C, M, B, H> Queue<F, A, C, M, B, H> {
     /// Transactional mode: the handler gets its delivery's transaction
     /// ([`Delivery::tx`](crate::Delivery::tx)); ack commits the handler's writes with the
-    /// settlement, any other outcome rolls them back first.
+    /// settlement, any other outcome rolls them back first. Called again, it clears an
+    /// [`isolation`](Queue::isolation) setting (whose database the mount would no longer check).
     pub fn transactional(self) -> Queue<F, A, C, Transactional, B, H>
     where
         B: NotBatched,
         H: NoHandlerYet,
     {
-        self.with(|f| f, |a| a, |c| c, |b| b, |h| h)
+        let mut queue = self.with(|f| f, |a| a, |c| c, |b| b, |h| h);
+        (queue.isolation, queue.sqlite_mode) = (None, None);
+        queue
     }
 
     /// Runs the service's own SQL for `event` in place of the crate's statement: in the claim's

@@ -178,6 +178,7 @@ impl<DB: Backend> Runner<DB> {
             std::mem::take(&mut self.queues).into_iter().unzip();
         let schedules = self.schedules.iter().map(|s| (s.label(), s.table()));
         self.pooler = server::one_pooler(&configs, schedules)?;
+        server::one_form_per_table(&configs)?;
         for config in &configs {
             server::check_pooler(DB::DIALECT, config)?;
         }

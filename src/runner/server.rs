@@ -83,6 +83,43 @@ pub(super) fn one_pooler<'a>(
     Ok(said.map_or(Pooler::None, |(_, pooler)| pooler))
 }
 
+/// Refuses queues on one table that hold their jobs in work differently — claim forms, or
+/// lease columns — where the table has a unique key or cancel requests: a cancellation and a
+/// unique job's replace tell a job in work by their queue's form, and would take another
+/// form's job in work for a queued one.
+pub(super) fn one_form_per_table(configs: &[QueueConfig]) -> Result<()> {
+    let held = |config: &QueueConfig| match &config.form {
+        FormKind::Lease { column, .. } => format!("the lease column `{column}`"),
+        FormKind::RowLock => "the row lock form".to_owned(),
+        FormKind::Advisory => "the advisory lock form".to_owned(),
+    };
+    for (i, config) in configs.iter().enumerate() {
+        let table = &config.table;
+        if table.unique_key.is_none() && table.cancel_requests.is_none() {
+            continue;
+        }
+        let other = configs[..i]
+            .iter()
+            .find(|o| o.table.name == table.name && held(o) != held(config));
+        if let Some(other) = other {
+            return Err(Error::declaration(
+                config.label(),
+                format!(
+                    "it holds its jobs by {} and {} on the same table `{}` by {}: a \
+                     cancellation or a unique job's replace tells a job in work by its queue's \
+                     form, so every queue of a table with a unique key or cancel requests must \
+                     use one form (and one lease column)",
+                    held(config),
+                    other.label(),
+                    table.name,
+                    held(other)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Refuses, behind a transaction pooler, what needs one server session across transactions.
 pub(super) fn check_pooler(dialect: Dialect, config: &QueueConfig) -> Result<()> {
     let queue = config.label();
@@ -133,6 +170,29 @@ mod tests {
             column: "locked_until".into(),
             duration: Duration::from_secs(30),
         }
+    }
+
+    #[test]
+    fn queues_of_a_table_with_keys_or_requests_hold_their_jobs_one_way() {
+        let on = |table: Table, form| QueueConfig::new(table, form);
+        let keyed = Table::new("jobs").unique_key("dedupe");
+        let asked = Table::new("jobs").cancel_requests("jobs_cancels");
+        let other_lease = FormKind::Lease {
+            column: "held_until".into(),
+            duration: Duration::from_secs(30),
+        };
+        for table in [keyed.clone(), asked] {
+            for form in [FormKind::RowLock, FormKind::Advisory, other_lease.clone()] {
+                let mixed = [on(table.clone(), lease()), on(table.clone(), form)];
+                let err = one_form_per_table(&mixed).unwrap_err().to_string();
+                assert!(err.contains("one form"), "{err}");
+            }
+            one_form_per_table(&[on(table.clone(), lease()), on(table.clone(), lease())]).unwrap();
+        }
+        // Without a unique key or requests, and on other tables, forms may differ.
+        one_form_per_table(&[config(lease()), config(FormKind::RowLock)]).unwrap();
+        let elsewhere = on(Table::new("other").unique_key("dedupe"), FormKind::RowLock);
+        one_form_per_table(&[on(keyed, lease()), elsewhere]).unwrap();
     }
 
     #[test]

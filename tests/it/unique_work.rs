@@ -21,7 +21,10 @@ macro_rules! tests {
 }
 pub(crate) use tests;
 
-pub(crate) async fn a_job_in_work_is_left_alone_by_replace_and_debounce<DB: TestDb, F: Form<DB>>() {
+pub(crate) async fn a_job_in_work_is_left_alone_by_replace_and_debounce<DB: TestDb, F: Form<DB>>()
+where
+    F::F: sqlx_queue::state::UniqueForm,
+{
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };

@@ -33,7 +33,7 @@ pub(crate) async fn every_role_on_a_created_table<DB: TestDb, F: Form<DB>>() {
     } else {
         table
     };
-    let queue = F::apply(Queue::table(table).named("work"))
+    let queue = F::apply(Queue::table(table.clone()).named("work"))
         .attempt("attempt")
         .max_attempts(2)
         .dead_letter(DeadLetter::group("dead"))
@@ -65,14 +65,19 @@ pub(crate) async fn every_role_on_a_created_table<DB: TestDb, F: Form<DB>>() {
         .unwrap();
     queue.enqueue(&ctx.pool, Job::new("fail")).await.unwrap();
     if unique {
-        let first = queue
-            .enqueue_unique(&ctx.pool, Job::new("once").unique("k"))
-            .await
-            .unwrap();
-        let again = queue
-            .enqueue_unique(&ctx.pool, Job::new("twice").unique("k"))
-            .await
-            .unwrap();
+        // The queue's own form, spelled out: unique enqueues compile for the lease and row
+        // lock forms only (the generic `F` may be the advisory form).
+        let jobs = [Job::new("once").unique("k"), Job::new("twice").unique("k")];
+        let done = if F::NAME == "lease" {
+            let producer = Queue::table(table).named("work").lease("locked_until");
+            producer.enqueue_many_unique(&ctx.pool, &jobs).await
+        } else {
+            let producer = Queue::table(table).named("work").row_lock();
+            producer.enqueue_many_unique(&ctx.pool, &jobs).await
+        };
+        let [first, again] = done.unwrap()[..] else {
+            panic!("two answers")
+        };
         assert!(matches!(first, Enqueued::New(_)), "{first:?}");
         assert_eq!(again, Enqueued::Duplicate(first.id()));
     } else {

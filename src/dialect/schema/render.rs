@@ -151,7 +151,7 @@ pub(crate) fn limits_table(dialect: Dialect, name: &str) -> Result<String> {
             "BIGINT NOT NULL",
         ),
         Dialect::MySql => (
-            "VARCHAR(255) PRIMARY KEY",
+            "VARCHAR(255) COLLATE utf8mb4_bin PRIMARY KEY",
             "DOUBLE NOT NULL",
             "BIGINT NOT NULL",
         ),
@@ -170,7 +170,10 @@ pub(crate) fn limits_table(dialect: Dialect, name: &str) -> Result<String> {
 pub(crate) fn schedules_table(dialect: Dialect, name: &str) -> Result<String> {
     let (key, time) = match dialect {
         Dialect::Postgres => ("TEXT PRIMARY KEY", "TIMESTAMPTZ NOT NULL"),
-        Dialect::MySql => ("VARCHAR(255) PRIMARY KEY", "DATETIME(6) NOT NULL"),
+        Dialect::MySql => (
+            "VARCHAR(255) COLLATE utf8mb4_bin PRIMARY KEY",
+            "DATETIME(6) NOT NULL",
+        ),
         Dialect::Sqlite => ("TEXT PRIMARY KEY", "TEXT NOT NULL"),
     };
     create_table(dialect, name, &[("name", key), ("last_tick", time)], &[])

@@ -45,7 +45,7 @@ fn the_readme_table_on_mysql() {
     assert_eq!(
         one(Dialect::MySql, &readme(), Some("attempt"), None),
         [
-            "CREATE TABLE IF NOT EXISTS `signup_jobs` (\n    `id`           BIGINT AUTO_INCREMENT PRIMARY KEY,\n    `queue`        VARCHAR(255) NOT NULL,\n    `payload`      LONGBLOB NOT NULL,\n    `attempt`      INT NOT NULL DEFAULT 1,\n    `locked_until` DATETIME(6),\n    `retry_after`  DATETIME(6),\n    `processed_at` DATETIME(6),\n    `created_at`   DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),\n    INDEX `signup_jobs_claim` (`queue`, `processed_at`, `id`)\n) DEFAULT CHARSET=utf8mb4"
+            "CREATE TABLE IF NOT EXISTS `signup_jobs` (\n    `id`           BIGINT AUTO_INCREMENT PRIMARY KEY,\n    `queue`        VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,\n    `payload`      LONGBLOB NOT NULL,\n    `attempt`      INT NOT NULL DEFAULT 1,\n    `locked_until` DATETIME(6),\n    `retry_after`  DATETIME(6),\n    `processed_at` DATETIME(6),\n    `created_at`   DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),\n    INDEX `signup_jobs_claim` (`queue`, `processed_at`, `id`)\n) DEFAULT CHARSET=utf8mb4"
         ]
     );
 }
@@ -130,7 +130,7 @@ fn unique_key_priority_headers_and_the_claim_index() {
     assert_eq!(
         one(Dialect::MySql, &table, None, None),
         [
-            "CREATE TABLE IF NOT EXISTS `jobs` (\n    `id`          BIGINT AUTO_INCREMENT PRIMARY KEY,\n    `queue`       VARCHAR(255) NOT NULL,\n    `payload`     LONGBLOB NOT NULL,\n    `priority`    BIGINT NOT NULL DEFAULT 0,\n    `retry_after` DATETIME(6),\n    `done_at`     DATETIME(6),\n    `headers`     JSON,\n    `dedupe`      VARCHAR(255) NULL,\n    INDEX `jobs_claim` (`queue`, `done_at`, `priority`, `retry_after`, `id`),\n    UNIQUE INDEX `jobs_dedupe` (`dedupe`)\n) DEFAULT CHARSET=utf8mb4"
+            "CREATE TABLE IF NOT EXISTS `jobs` (\n    `id`          BIGINT AUTO_INCREMENT PRIMARY KEY,\n    `queue`       VARCHAR(255) COLLATE utf8mb4_bin NOT NULL,\n    `payload`     LONGBLOB NOT NULL,\n    `priority`    BIGINT NOT NULL DEFAULT 0,\n    `retry_after` DATETIME(6),\n    `done_at`     DATETIME(6),\n    `headers`     JSON,\n    `dedupe`      VARCHAR(255) COLLATE utf8mb4_bin NULL,\n    INDEX `jobs_claim` (`queue`, `done_at`, `priority`, `retry_after`, `id`),\n    UNIQUE INDEX `jobs_dedupe` (`dedupe`)\n) DEFAULT CHARSET=utf8mb4"
         ]
     );
     let sqlite = one(
@@ -198,7 +198,7 @@ fn dead_letters_requests_limits_and_schedules() {
     );
     assert_eq!(
         schedules_table(Dialect::MySql, "s").unwrap(),
-        "CREATE TABLE IF NOT EXISTS `s` (\n    `name`      VARCHAR(255) PRIMARY KEY,\n    `last_tick` DATETIME(6) NOT NULL\n) DEFAULT CHARSET=utf8mb4"
+        "CREATE TABLE IF NOT EXISTS `s` (\n    `name`      VARCHAR(255) COLLATE utf8mb4_bin PRIMARY KEY,\n    `last_tick` DATETIME(6) NOT NULL\n) DEFAULT CHARSET=utf8mb4"
     );
     assert_eq!(
         requests_table(Dialect::Postgres, "c").unwrap(),

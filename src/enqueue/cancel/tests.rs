@@ -96,11 +96,13 @@ async fn no_key_is_left_held_on_success_or_error() {
         .unique_key("k");
     let keys = keys_of(&pool, &table).await;
     let kept = queue(&table).enqueue(&pool, Job::new("x")).await.unwrap();
-    let by_key = queue(&table)
-        .enqueue_unique(&pool, Job::new("y").unique("the key"))
-        .await
-        .unwrap()
-        .id();
+    // Unique enqueues are the lease and row lock forms' (an advisory queue's do not compile):
+    // the keyed row is inserted as a producer of another process would.
+    let by_key: i64 =
+        sqlx::query_scalar("INSERT INTO jobs (payload, k) VALUES (x'79', 'the key') RETURNING id")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!(
         queue(&table).cancel_unique(&pool, "the key").await.unwrap(),
         Cancellation::Cancelled(by_key)
