@@ -21,7 +21,7 @@
 //!     `<table>_dead`; each delivery writes (`job`, `attempt`, `pid`) into `<table>_effects`
 //!     through its transaction, then settles as [`soak::decide`] says: only an ack commits it.
 //!
-//! The table has the columns of the README's schema (`attempt`, `locked_until`, `retry_after`).
+//! The table has the columns of the guide's schema (docs/guide/table.md) (`attempt`, `locked_until`, `retry_after`).
 //! The process prints `running` once its runner has started.
 
 #[path = "consumer/soak.rs"]

@@ -39,7 +39,7 @@ pub(crate) trait BenchDb: Backend {
         table: &Table,
         jobs: &[UniqueJob<'_>],
     ) -> impl Future<Output = sqlx_queue::Result<Vec<Enqueued>>> + Send;
-    /// The queue table (the README's schema for this database, without `processed_at`: acks
+    /// The queue table (the guide's schema for this database, without `processed_at`: acks
     /// delete), with `fillfactor` where the database takes one.
     fn schema(table: &str, fillfactor: u8) -> String;
     /// A `dedupe` unique key column for [`schema`](BenchDb::schema)'s table, and its unique

@@ -32,7 +32,7 @@ pub(crate) async fn run(options: &Options) {
     }
 }
 
-/// The limiter table of the rate limit (the README's schema).
+/// The limiter table of the rate limit (the guide's schema, docs/guide/order.md).
 fn limits_schema(db: &str, table: &str) -> String {
     let (text, real, int) = match db {
         "postgres" => ("TEXT", "DOUBLE PRECISION", "BIGINT"),

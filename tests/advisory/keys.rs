@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::support::{Ctx, TestDb, wait_for};
 
-/// The 32-bit FNV-1a hash, the high half of a PostgreSQL key (README, "advisory lock").
+/// The 32-bit FNV-1a hash, the high half of a PostgreSQL key (docs/guide/claim_forms.md).
 fn fnv1a_32(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5, |hash: u32, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
@@ -12,7 +12,7 @@ fn fnv1a_32(text: &str) -> u32 {
 }
 
 /// The lock name of row `id` of table `t` (MySQL/MariaDB, SQL): `sqlxq:` and the MD5 of the
-/// name when it is longer than 64 characters (README, "advisory lock").
+/// name when it is longer than 64 characters (docs/guide/claim_forms.md).
 fn lock_name(t: &str) -> String {
     let name = format!("CONCAT(DATABASE(), '.', '{t}', ':', id)");
     format!("IF(CHAR_LENGTH({name}) > 64, CONCAT('sqlxq:', MD5({name})), {name})")

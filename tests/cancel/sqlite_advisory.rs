@@ -5,7 +5,7 @@
 //! under the same id (SQLite gives a deleted last id again) is claimed.
 //!
 //! SQLite has one writer: a transactional handler that wrote holds the write lock the
-//! cancellation waits for (the README's "What is not covered"), so the handlers here write once
+//! cancellation waits for (docs/guide/cancellation.md), so the handlers here write once
 //! they are told.
 
 use std::sync::{Arc, Mutex};

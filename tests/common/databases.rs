@@ -233,7 +233,7 @@ pub(crate) struct Spec {
 }
 
 impl Spec {
-    /// `attempt`, `locked_until` and `retry_after`: a lease queue's usual table, the README's
+    /// `attempt`, `locked_until` and `retry_after`: a lease queue's usual table, the guide's
     /// schema without groups.
     pub(crate) fn lease() -> Self {
         Spec {

@@ -1,4 +1,4 @@
-//! `workers_by_key(8)`: within one runner the rows of a key start in id order and never two at
+//! `.workers(8).by_key(..)`: within one runner the rows of a key start in id order and never two at
 //! once, as the handlers see it, while different keys run at the same instant; and a slow key
 //! holds back none of the others.
 

@@ -1,4 +1,4 @@
-//! `workers_by_key`: what a key's rows waiting for its worker hold, and how they go back — at
+//! `by_key`: what a key's rows waiting for its worker hold, and how they go back — at
 //! shutdown, and (lease form) at half their lease.
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -10,7 +10,7 @@
 //! per group strictly in id order (but the killed row's redelivery) and never two in work
 //! (`fifo.rs`); `per_group(3)` — never more than 3 in work per group at any instant, as the
 //! handlers see it, while the groups of fast rows drain past a saturated slow group
-//! (`per_group.rs`). On every form: `workers_by_key(8)` — within one runner, per key in id order
+//! (`per_group.rs`). On every form: `.workers(8).by_key(..)` — within one runner, per key in id order
 //! and never two in work, keys in parallel; and (lease and plain advisory) a slow key holding
 //! back none of the others (`by_key.rs`); rows waiting for their key's worker released at shutdown,
 //! and (lease) given back uncounted at half their lease (`by_key_hold.rs`).
@@ -39,8 +39,8 @@ macro_rules! per_database {
             group_tests!($ty:
                 what_groups_need_is_said_at_start =>
                     refusals::what_groups_need_is_said_at_start,
-                what_workers_by_key_needs_is_said_at_start =>
-                    refusals::what_workers_by_key_needs_is_said_at_start,
+                what_by_key_needs_is_said_at_start =>
+                    refusals::what_by_key_needs_is_said_at_start,
             );
             $(paste_form!($ty, $form);)+
         }

@@ -76,8 +76,8 @@ pub(crate) async fn what_the_row_lock_form_cannot_guard_is_said_at_start<
     ctx.drop_tables().await;
 }
 
-/// Every database: what `workers_by_key` cannot serve.
-pub(crate) async fn what_workers_by_key_needs_is_said_at_start<DB: TestDb>() {
+/// Every database: what `by_key` cannot serve.
+pub(crate) async fn what_by_key_needs_is_said_at_start<DB: TestDb>() {
     let Some(mut ctx) = Ctx::<DB>::new().await else {
         return;
     };

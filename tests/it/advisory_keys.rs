@@ -24,7 +24,7 @@ macro_rules! tests {
 }
 pub(crate) use tests;
 
-/// The 32-bit FNV-1a hash, the high half of a PostgreSQL key (README, "advisory lock").
+/// The 32-bit FNV-1a hash, the high half of a PostgreSQL key (docs/guide/claim_forms.md).
 fn fnv1a_32(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5, |hash: u32, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)

@@ -9,7 +9,7 @@ use sqlx_queue::{Delivery, Error, Job, Missed, Outcome, Queue, Runner, Running, 
 
 use crate::support::{Ctx, Spec, TestDb, TestRow, report, wait_for};
 
-/// A lease table with a `dedupe` unique key, and a schedules table (the README's); their names.
+/// A lease table with a `dedupe` unique key, and a schedules table (the guide's, docs/guide/periodic.md); their names.
 /// Each is made as a test table first, so the context drops it at the end.
 pub(crate) async fn tables<DB: TestDb>(ctx: &mut Ctx<DB>) -> (String, String) {
     let jobs = ctx.table(Spec::lease()).await;

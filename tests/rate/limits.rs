@@ -11,7 +11,7 @@ use crate::support::{AdvisoryForm, Ctx, Form, RowLockForm, Spec, TestDb, report,
 /// The start times the handlers record, since the test's start.
 type Starts = Arc<Mutex<Vec<Duration>>>;
 
-/// `CREATE TABLE` of a limiter table on `DB` (the README's DDL).
+/// `CREATE TABLE` of a limiter table on `DB` (the guide's DDL, docs/guide/order.md).
 pub(crate) fn limits_ddl<DB: TestDb>(name: &str) -> String {
     match DB::LABEL {
         "sqlite" => format!(

@@ -1,7 +1,7 @@
 //! Scenario 6 — Shutdown under load: `shutdown()` with 8 deliveries in work. With time to finish,
 //! it lets them finish and settles them, claims nothing more, and returns as soon as they are done;
 //! with handlers that never end, it cancels them at the runner's `shutdown_timeout` and releases
-//! their rows at once. Either way it returns within the bound the README states —
+//! their rows at once. Either way it returns within the bound the guide states (docs/guide/guarantees.md) —
 //! `shutdown_timeout` plus the time of the statements in flight — and leaves nothing held: a fresh
 //! runner then has every remaining row in work at once.
 

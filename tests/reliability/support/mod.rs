@@ -290,7 +290,7 @@ pub(crate) async fn assert_nothing_held<DB: TestDb, F: Form<DB>>(
     }
 }
 
-/// The 32-bit FNV-1a hash of a table name: the class of its PostgreSQL advisory keys (README).
+/// The 32-bit FNV-1a hash of a table name: the class of its PostgreSQL advisory keys (docs/guide/claim_forms.md).
 pub(crate) fn fnv1a_32(text: &str) -> u32 {
     text.bytes().fold(0x811c_9dc5, |hash: u32, byte| {
         (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
