@@ -6,7 +6,7 @@
 //! gets its indexes inside the `CREATE TABLE`.
 
 use super::Dialect;
-use crate::config::{FormKind, QueueConfig};
+use crate::config::QueueConfig;
 use crate::error::{Error, Result};
 use crate::table::{DeadLetter, PayloadType, Table, table_parts};
 
@@ -229,14 +229,14 @@ impl Plan {
         Ok(())
     }
 
-    /// Adds a mounted queue: its table with the lease column of its form, its attempt column
-    /// and its dead letter.
+    /// Adds a mounted queue: its table (with the lease column of its form, which the mount
+    /// wrote there), its attempt column and its dead letter.
     pub(crate) fn mounted(&mut self, config: &QueueConfig) -> Result<()> {
-        let mut table = config.table.clone();
-        if let FormKind::Lease { column, .. } = &config.form {
-            table.lease = Some(column.clone());
-        }
-        self.queue(&table, config.attempt.as_deref(), config.dead_letter())
+        self.queue(
+            &config.table,
+            config.attempt.as_deref(),
+            config.dead_letter(),
+        )
     }
 
     /// The plan of one mounted queue, for the fixes its errors name (empty where the

@@ -377,8 +377,8 @@ where
     }
 
     /// The queue's table as its calls see it: with the lease column of its form, which tells a
-    /// job in work.
-    fn jobs_table(&self) -> Table {
+    /// job in work (and the DDL that creates it).
+    pub(super) fn jobs_table(&self) -> Table {
         let mut table = self.table.clone();
         table.lease = self.form.lease_column().map(str::to_owned);
         table

@@ -46,10 +46,12 @@ where
     /// [`Error::Declaration`](crate::Error::Declaration) for a column named in two roles of
     /// different types.
     pub fn schema<DB: Backend>(&self) -> Result<Schema> {
-        let mut table = self.table.clone();
-        table.lease = self.form.lease_column().map(str::to_owned);
         let mut plan = Plan::default();
-        plan.queue(&table, self.attempt.column(), self.cap.dead_letter())?;
+        plan.queue(
+            &self.jobs_table(),
+            self.attempt.column(),
+            self.cap.dead_letter(),
+        )?;
         Schema::of(DB::DIALECT, &plan)
     }
 }
