@@ -199,3 +199,34 @@ pub(crate) async fn two_queues_on_one_table_share_one_created_table<DB: TestDb>(
     running.shutdown().await.unwrap();
     drop_all(ctx, &[&t]).await;
 }
+
+/// Keys and groups that differ only in case are different keys and groups on every database:
+/// on MySQL/MariaDB the generated columns compare bytes (a case-insensitive unique key made the
+/// second enqueue below fail with `UniqueKeyHidden`, and queue `a` counted queue `A`'s jobs).
+pub(crate) async fn keys_and_groups_differing_in_case_are_apart<DB: TestDb>() {
+    let Some(ctx) = Ctx::<DB>::new().await else {
+        return;
+    };
+    let t = name();
+    let table = Table::new(&t).group("queue").unique_key("dedupe");
+    let upper = Queue::table(table.clone()).named("A").lease("locked_until");
+    let lower = Queue::table(table).named("a").lease("locked_until");
+    create(&ctx, &upper.schema::<DB>().unwrap()).await;
+    let jobs = [
+        Job::new("one").unique("Welcome:1"),
+        Job::new("two").unique("welcome:1"),
+    ];
+    let done = upper.enqueue_many_unique(&ctx.pool, &jobs).await.unwrap();
+    assert!(
+        done.iter().all(|d| matches!(d, Enqueued::New(_))),
+        "{done:?}"
+    );
+    let again = upper
+        .enqueue_unique(&ctx.pool, Job::new("three").unique("welcome:1"))
+        .await
+        .unwrap();
+    assert_eq!(again, Enqueued::Duplicate(done[1].id()));
+    assert_eq!(upper.counts(&ctx.pool).await.unwrap().ready, 2);
+    assert_eq!(lower.counts(&ctx.pool).await.unwrap().ready, 0);
+    drop_all(ctx, &[&t]).await;
+}

@@ -83,6 +83,7 @@ macro_rules! per_database {
             instantiate!(flows<$ty>:
                 a_dead_letter_table_takes_the_failed_rows,
                 two_queues_on_one_table_share_one_created_table,
+                keys_and_groups_differing_in_case_are_apart,
             );
             instantiate!(tables<$ty>:
                 text_and_json_payloads_round_trip,
